@@ -1,0 +1,60 @@
+# office — the two commands a user needs are `make demo` and `make test`.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON      ?= python3
+VENV        := .venv
+BIN         := $(VENV)/bin
+PG_CONFIG   ?= /usr/lib/postgresql/15/bin/pg_config
+# Debian packages the tests need: the PostgreSQL 15 server, and the client
+# package, which also ships PGXS and pg_isolation_regress.
+DEB_PACKAGES := postgresql-15 postgresql-client-15
+
+.PHONY: help deps venv install demo test test-fast lint typecheck bench clean
+
+help:
+	@echo "make demo   run the product on the embedded PostgreSQL"
+	@echo "make test   everything CI runs: both PostgreSQL versions, ruff, mypy"
+	@echo "make install  install the extension into PG_CONFIG's PostgreSQL (PGXS)"
+	@echo "make bench  benchmarks (durable cluster), results in docs/benchmarks.md"
+
+# apt-get only when something is missing, so a warm machine does not touch the
+# network; `apt-get update` once before the install, as a fresh machine needs.
+deps:
+	@missing=$$(for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	    echo "installing Debian packages:" $$missing; \
+	    if [ "$$(id -u)" != 0 ]; then echo "need root to apt-get install $$missing" >&2; exit 1; fi; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+
+venv: $(VENV)/.installed
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[test]' 2>&1 | { grep -v "is ignored" || true; }; \
+	    test $${PIPESTATUS[0]} -eq 0
+	$(BIN)/python -c "import controlplane, psycopg, asyncpg, yoyo, pytest_postgresql"
+	touch $@
+
+install:
+	$(MAKE) -C sql install PG_CONFIG=$(PG_CONFIG)
+
+demo: venv
+	$(BIN)/officectl demo
+
+test: deps venv
+	bash tests/run_suite.sh
+
+lint: venv
+	$(BIN)/ruff check controlplane tests bench migrations
+	$(BIN)/ruff format --check controlplane tests bench migrations
+
+typecheck: venv
+	$(BIN)/mypy --strict controlplane
+
+bench: deps venv
+	bash bench/run.sh
+
+clean:
+	$(MAKE) -C sql clean PG_CONFIG=$(PG_CONFIG)
+	rm -rf .pytest_cache .mypy_cache .ruff_cache tests/isolation/output

