@@ -170,8 +170,8 @@ def demo(obj: Context) -> None:
         rows = conn.execute(_DEMO_KEYS_QUERY).fetchall()
     table = Table(title=f"office {version[0] if version else '?'}: keys for task task-1")
     table.add_column("occurrence")
-    table.add_column("key (SQL)")
-    table.add_column("same bytes in Python", justify="center")
+    table.add_column("key (SQL)", overflow="fold")
+    table.add_column("Python twin", justify="center")
     python_keys = _demo_keys_python()
     for (occurrence, sql_key), py_key in zip(rows, python_keys, strict=True):
         table.add_row(occurrence, sql_key, "yes" if sql_key == py_key else "NO")
