@@ -115,9 +115,16 @@ def db_status() -> None:
 
 
 @db.command("start")
-@click.option("--port", type=int, help="TCP port on 127.0.0.1 (default OFFICE_EMBEDDED_PORT or 54329).")
-@click.option("--set", "settings", multiple=True, metavar="NAME=VALUE",
-              help="A server setting for this start (repeatable), e.g. --set fsync=off.")
+@click.option(
+    "--port", type=int, help="TCP port on 127.0.0.1 (default OFFICE_EMBEDDED_PORT or 54329)."
+)
+@click.option(
+    "--set",
+    "settings",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="A server setting for this start (repeatable), e.g. --set fsync=off.",
+)
 @one_line_errors
 def db_start(port: int | None, settings: tuple[str, ...]) -> None:
     """Start the embedded database (initialising it and installing office first)."""
@@ -200,8 +207,10 @@ def _demo_keys_python() -> list[str | None]:
         keys.assignment_key("task-1", "agent-A", 1),
         keys.assignment_key("task-1", "agent-B", 2),
         keys.blockers_resolved_key("task-1", ["b2", "b1"]),
-        keys.wake_operation_id("task-1", "child-a:COMPLETED,child-b:CANCELLED", "2026-01-01 00:10:00"),
-        keys.routine_key("cron", "routine-1", "trigger-1", datetime(2026, 5, 10, 12, tzinfo=UTC), None),
+        keys.wake_operation_id(
+            "task-1", "child-a:COMPLETED,child-b:CANCELLED", "2026-01-01 00:10:00"
+        ),
+        keys.routine_key(
+            "cron", "routine-1", "trigger-1", datetime(2026, 5, 10, 12, tzinfo=UTC), None
+        ),
     ]
-
-

@@ -223,8 +223,10 @@ class EmbeddedDatabase:
         self._run(
             [
                 str(self.runtime / "bin" / "initdb"),
-                "-D", str(self.data_dir),
-                "-U", SUPERUSER,
+                "-D",
+                str(self.data_dir),
+                "-U",
+                SUPERUSER,
                 "--auth=trust",
                 "--encoding=UTF8",
                 "--no-instructions",
@@ -237,7 +239,11 @@ class EmbeddedDatabase:
             try:
                 probe.bind(("127.0.0.1", port))
             except OSError as exc:
-                reason = "is in use" if exc.errno == errno.EADDRINUSE else f"is unusable ({exc.strerror})"
+                reason = (
+                    "is in use"
+                    if exc.errno == errno.EADDRINUSE
+                    else f"is unusable ({exc.strerror})"
+                )
                 raise EmbeddedError(
                     f"port {port} on 127.0.0.1 {reason}; set OFFICE_EMBEDDED_PORT "
                     "(or --port) to a free port, or pass --dsn"
@@ -250,8 +256,18 @@ class EmbeddedDatabase:
         self._chown_to_server_user(self.log_file)
         try:
             self._pg_ctl(
-                ["-D", str(self.data_dir), "-l", str(self.log_file), "-w", "-t", "60",
-                 "-o", " ".join(options), "start"]
+                [
+                    "-D",
+                    str(self.data_dir),
+                    "-l",
+                    str(self.log_file),
+                    "-w",
+                    "-t",
+                    "60",
+                    "-o",
+                    " ".join(options),
+                    "start",
+                ]
             )
         except EmbeddedError as exc:
             tail = "\n".join(self.log_file.read_text(errors="replace").splitlines()[-15:])
@@ -306,9 +322,16 @@ def _server_user() -> str:
         pwd.getpwnam(SERVER_OS_USER)
     except KeyError:
         subprocess.run(
-            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
-             SERVER_OS_USER],
-            check=True, capture_output=True,
+            [
+                "useradd",
+                "--system",
+                "--no-create-home",
+                "--shell",
+                "/usr/sbin/nologin",
+                SERVER_OS_USER,
+            ],
+            check=True,
+            capture_output=True,
         )
     return SERVER_OS_USER
 

@@ -50,10 +50,14 @@ def migrate(dsn: str, target: str | None = None) -> MigrateResult:
     """Bring the database at ``dsn`` to the current schema (or to migration
     ``target``, e.g. ``0001.office-0.1.0``, for testing old versions)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'office'").fetchone()
+        row = conn.execute(
+            "SELECT extversion FROM pg_extension WHERE extname = 'office'"
+        ).fetchone()
         if row is not None:
             if target is not None:
-                raise ValueError("office is installed as an extension; --target applies to migrations")
+                raise ValueError(
+                    "office is installed as an extension; --target applies to migrations"
+                )
             before = row[0]
             conn.execute("ALTER EXTENSION office UPDATE")
             after = conn.execute("SELECT office.schema_version()").fetchone()

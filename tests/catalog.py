@@ -8,7 +8,6 @@ from typing import Any
 import psycopg
 
 
-
 def _acl(acl: str, owner: str) -> str:
     """SQL rendering an ACL as sorted ``grantee:privilege`` items, with the
     owner (whoever installed) spelled OWNER and the grantor left out."""
@@ -28,12 +27,16 @@ def _acl(acl: str, owner: str) -> str:
 _QUERIES: dict[str, str] = {
     "schema": """
         SELECT n.nspname, pg_catalog.obj_description(n.oid, 'pg_namespace'),
-               """ + _acl("n.nspacl", "n.nspowner") + """
+               """
+    + _acl("n.nspacl", "n.nspowner")
+    + """
         FROM pg_namespace n WHERE n.nspname = 'office'
     """,
     "relations": """
         SELECT c.relname, c.relkind, c.relpersistence,
-               """ + _acl("c.relacl", "c.relowner") + """,
+               """
+    + _acl("c.relacl", "c.relowner")
+    + """,
                pg_catalog.obj_description(c.oid, 'pg_class')
         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
         WHERE n.nspname = 'office' AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'c', 'f')
@@ -70,7 +73,9 @@ _QUERIES: dict[str, str] = {
                pg_get_function_arguments(p.oid), pg_get_function_result(p.oid),
                p.prokind, p.provolatile, p.proparallel, p.prosecdef, p.proisstrict,
                p.proconfig::text, l.lanname, md5(p.prosrc),
-               """ + _acl("p.proacl", "p.proowner") + """,
+               """
+    + _acl("p.proacl", "p.proowner")
+    + """,
                pg_catalog.obj_description(p.oid, 'pg_proc')
         FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
         JOIN pg_language l ON l.oid = p.prolang
@@ -112,7 +117,9 @@ def snapshot(dsn: str) -> dict[str, list[tuple[Any, ...]]]:
         return {kind: conn.execute(query).fetchall() for kind, query in _QUERIES.items()}
 
 
-def differences(left: dict[str, list[tuple[Any, ...]]], right: dict[str, list[tuple[Any, ...]]]) -> list[str]:
+def differences(
+    left: dict[str, list[tuple[Any, ...]]], right: dict[str, list[tuple[Any, ...]]]
+) -> list[str]:
     """Human-readable lines for every row present on one side only."""
     lines = []
     for kind in _QUERIES:

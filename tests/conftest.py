@@ -34,7 +34,10 @@ def _extension_files() -> None:
 
 def _load_office(**kwargs: Any) -> None:
     with psycopg.connect(
-        host=kwargs["host"], port=kwargs["port"], user=kwargs["user"], dbname=kwargs["dbname"],
+        host=kwargs["host"],
+        port=kwargs["port"],
+        user=kwargs["user"],
+        dbname=kwargs["dbname"],
         autocommit=True,
     ) as conn:
         conn.execute("CREATE EXTENSION office")
@@ -90,7 +93,9 @@ def empty_database() -> Iterator[str]:
     """A database without office (from template0), dropped afterwards; yields its URL."""
     name = f"office_empty_{harness.LABEL}_{os.getpid()}"
     with psycopg.connect(harness.conninfo("postgres"), autocommit=True) as admin:
-        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        admin.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
         admin.execute(sql.SQL("CREATE DATABASE {} TEMPLATE template0").format(sql.Identifier(name)))
     try:
         yield harness.conninfo(name)

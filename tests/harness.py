@@ -84,7 +84,9 @@ def run_concurrently(
 @contextmanager
 def _fresh_office_database(name: str) -> Iterator[None]:
     with psycopg.connect(conninfo("postgres"), autocommit=True) as admin:
-        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        admin.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
         admin.execute(sql.SQL("CREATE DATABASE {} TEMPLATE template0").format(sql.Identifier(name)))
     try:
         with psycopg.connect(conninfo(name), autocommit=True) as conn:
@@ -115,12 +117,15 @@ def run_isolation_spec(
     ``office`` installed (``--use-existing`` creates none), and compare with
     ``expected/<name>.out`` (or with the same file name under ``expected_dir``)."""
     database = dbname or f"office_iso_{LABEL}_{os.getpid()}"
-    with _fresh_office_database(database), tempfile.TemporaryDirectory(
-        prefix=f"office-iso-{name}-"
-    ) as tmp:
+    with (
+        _fresh_office_database(database),
+        tempfile.TemporaryDirectory(prefix=f"office-iso-{name}-") as tmp,
+    ):
         workdir = Path(tmp)
         (workdir / "specs").mkdir()
-        shutil.copyfile(ISOLATION_DIR / "specs" / f"{name}.spec", workdir / "specs" / f"{name}.spec")
+        shutil.copyfile(
+            ISOLATION_DIR / "specs" / f"{name}.spec", workdir / "specs" / f"{name}.spec"
+        )
         shutil.copytree(expected_dir or ISOLATION_DIR / "expected", workdir / "expected")
         result = subprocess.run(
             [

@@ -56,7 +56,8 @@ start_pg15() {
 }
 
 start_pg18() {
-    "$BIN/officectl" db start --port "$PG18_PORT" --test-settings
+    "$BIN/officectl" db start --port "$PG18_PORT" \
+        --set fsync=off --set synchronous_commit=off --set full_page_writes=off --set max_connections=200
 }
 
 run_pytest() {  # run_pytest PORT LABEL

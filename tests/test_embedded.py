@@ -49,7 +49,9 @@ def test_start_reuse_stop_reset(home: Path) -> None:
     first = database.ensure_running()
     assert first.running and first.server_version.startswith("18")
     with psycopg.connect(first.url) as conn:
-        assert conn.execute("SELECT office.schema_version()").fetchone() == (schema.current_version(),)
+        assert conn.execute("SELECT office.schema_version()").fetchone() == (
+            schema.current_version(),
+        )
         backend_pid_file = (home / "data" / "postmaster.pid").read_text().splitlines()[0]
 
     # A second user (no --port: the port of the last start sticks) reuses the server.
@@ -122,7 +124,9 @@ def test_a_bad_port_setting_is_one_clear_line(home: Path) -> None:
 def test_server_errors_are_one_line_with_the_sqlstate(dsn: str) -> None:
     result = subprocess.run(
         [OFFICECTL, "--dsn", dsn.replace("/office_", "/no_such_db_"), "migrate"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 1
     assert "Traceback" not in result.stderr

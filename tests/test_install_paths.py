@@ -18,7 +18,10 @@ from controlplane.migrate import migrate, yoyo_url
 from tests import catalog, harness
 
 RELEASED = sorted(
-    (p.stem.removeprefix("office--") for p in (schema.sql_dir() / "released").glob("office--*.sql")),
+    (
+        p.stem.removeprefix("office--")
+        for p in (schema.sql_dir() / "released").glob("office--*.sql")
+    ),
     key=lambda v: tuple(int(x) for x in v.split(".")),
 )
 
@@ -90,16 +93,25 @@ def test_schema_version_matches_the_control_file_and_the_extension(
     db: psycopg.Connection[Any],
 ) -> None:
     version = db.execute("SELECT office.schema_version()").fetchone()
-    extversion = db.execute("SELECT extversion FROM pg_extension WHERE extname = 'office'").fetchone()
+    extversion = db.execute(
+        "SELECT extversion FROM pg_extension WHERE extname = 'office'"
+    ).fetchone()
     assert version == extversion == (schema.current_version(),)
 
 
 def test_pgxs_builds_the_same_script_as_the_python_layer(tmp_path: Path) -> None:
     version = schema.current_version()
     subprocess.run(
-        ["make", "-s", "-C", str(schema.sql_dir()), f"office--{version}.sql",
-         "PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config"],
-        check=True, capture_output=True,
+        [
+            "make",
+            "-s",
+            "-C",
+            str(schema.sql_dir()),
+            f"office--{version}.sql",
+            "PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config",
+        ],
+        check=True,
+        capture_output=True,
     )
     built = (schema.sql_dir() / f"office--{version}.sql").read_text()
     assert built == schema.install_script()
@@ -127,7 +139,9 @@ def owner_database() -> Iterator[str]:
     """A database owned by a plain (non-superuser) login role."""
     role, name = f"office_owner_{harness.LABEL}", f"office_owned_{harness.LABEL}"
     with psycopg.connect(harness.conninfo("postgres"), autocommit=True) as admin:
-        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        admin.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
         admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
         admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
         admin.execute(
@@ -145,17 +159,22 @@ def owner_database() -> Iterator[str]:
             admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
 
 
-def test_a_database_owner_who_is_not_superuser_can_create_the_extension(owner_database: str) -> None:
+def test_a_database_owner_who_is_not_superuser_can_create_the_extension(
+    owner_database: str,
+) -> None:
     with psycopg.connect(owner_database, autocommit=True) as conn:
-        assert conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone() == (
-            False,
-        )
+        assert conn.execute(
+            "SELECT rolsuper FROM pg_roles WHERE rolname = current_user"
+        ).fetchone() == (False,)
         conn.execute("CREATE EXTENSION office")
         owner = conn.execute(
-            "SELECT pg_get_userbyid(nspowner) = current_user FROM pg_namespace WHERE nspname = 'office'"
+            "SELECT pg_get_userbyid(nspowner) = current_user"
+            " FROM pg_namespace WHERE nspname = 'office'"
         ).fetchone()
         assert owner == (True,)
-        assert conn.execute("SELECT office.schema_version()").fetchone() == (schema.current_version(),)
+        assert conn.execute("SELECT office.schema_version()").fetchone() == (
+            schema.current_version(),
+        )
         conn.execute("DROP EXTENSION office")
         gone = conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname = 'office'").fetchone()
         assert gone == (0,)

@@ -42,8 +42,12 @@ def embedded_env() -> Iterator[dict[str, str]]:
     try:
         yield env
     finally:
-        subprocess.run([str(ROOT / ".venv/bin/officectl"), "db", "stop"], env=env, check=False,
-                       capture_output=True)
+        subprocess.run(
+            [str(ROOT / ".venv/bin/officectl"), "db", "stop"],
+            env=env,
+            check=False,
+            capture_output=True,
+        )
         subprocess.run(["rm", "-rf", str(home)], check=False)
 
 
@@ -69,7 +73,11 @@ def test_shell_commands(embedded_env: dict[str, str]) -> None:
     for command in commands:
         result = subprocess.run(
             ["bash", "-euo", "pipefail", "-c", command],
-            cwd=ROOT, env=embedded_env, capture_output=True, text=True, timeout=600,
+            cwd=ROOT,
+            env=embedded_env,
+            capture_output=True,
+            text=True,
+            timeout=600,
             stdin=subprocess.DEVNULL,
         )
         assert result.returncode == 0, f"{command}\n{result.stdout}\n{result.stderr}"
@@ -79,7 +87,10 @@ def test_sql_blocks(dsn: str) -> None:
     for block in _blocks("sql"):
         result = subprocess.run(
             ["psql", "-X", "-v", "ON_ERROR_STOP=1", "-At", dsn],
-            input=block, capture_output=True, text=True, timeout=120,
+            input=block,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         assert result.returncode == 0, f"{block}\n{result.stderr}"
         output = result.stdout.splitlines()
@@ -90,7 +101,11 @@ def test_sql_blocks(dsn: str) -> None:
 def test_python_blocks(dsn: str) -> None:
     for block in _blocks("python"):
         result = subprocess.run(
-            [sys.executable, "-c", block], env={**os.environ, "OFFICE_DSN": dsn},
-            capture_output=True, text=True, timeout=120, cwd=ROOT,
+            [sys.executable, "-c", block],
+            env={**os.environ, "OFFICE_DSN": dsn},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=ROOT,
         )
         assert result.returncode == 0, f"{block}\n{result.stderr}"
