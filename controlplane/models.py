@@ -1,0 +1,215 @@
+"""Typed results of the office SQL API (API.md §2-§3) for both Python clients.
+
+A duplicate or a coalesce is an *outcome*, never an error: every enqueue
+returns an :class:`EnqueueResult` and only ``queued`` means that a run was
+created (DOMAIN.md §2.1).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class QueueOutcome(StrEnum):
+    """What an enqueue did (``office.enqueue_result.outcome``)."""
+
+    QUEUED = "queued"
+    DEDUPED = "deduped"
+    COALESCED = "coalesced"
+
+
+class DedupKind(StrEnum):
+    """How a ``deduped`` outcome was decided: the windowed lookup or the
+    durable unique index."""
+
+    WINDOWED = "windowed"
+    DURABLE = "durable"
+
+
+class DedupQueue(StrEnum):
+    """The queue a dedup happened on (the ``queue`` label)."""
+
+    RUNS = "runs"
+    WAKEUP = "wakeup"
+
+
+class KeylessCause(StrEnum):
+    """Why a producer enqueues without a key (DOMAIN.md §2.5)."""
+
+    UNRESOLVED = "unresolved"
+    BY_DESIGN = "by_design"
+
+
+class RunStatus(StrEnum):
+    QUEUED = "queued"
+    CLAIMED = "claimed"
+    FINISHED = "finished"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class AgentStatus(StrEnum):
+    IDLE = "idle"
+    RUNNING = "running"
+    PAUSED = "paused"
+    STOPPED = "stopped"
+    PENDING_APPROVAL = "pending_approval"
+
+
+def _json_value(value: Any) -> Any:
+    """asyncpg hands ``jsonb`` over as text; psycopg already decodes it."""
+    return json.loads(value) if isinstance(value, str) else value
+
+
+class EnqueueRequest(BaseModel):
+    """The arguments of ``office.enqueue_run`` (also one element of
+    ``office.enqueue_runs``). Validation is the server's: a bad value comes
+    back as the typed error of its SQLSTATE, with the server's message."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    agent_profile_id: str
+    reason: str
+    payload: Any = Field(default_factory=dict)
+    idempotency_key: str | None = None
+    task_id: str | None = None
+    entry_triggered: bool = False
+    keyless_cause: KeylessCause | str | None = None
+    keyless_detail: str | None = None
+
+    @field_validator("payload", mode="before")
+    @classmethod
+    def _default_payload(cls, value: Any) -> Any:
+        """None means "no payload": the default ``{}``."""
+        return {} if value is None else value
+
+    @property
+    def keyless(self) -> bool:
+        """No key: an empty key means "no key" (API.md conventions)."""
+        return not self.idempotency_key
+
+
+class EnqueueResult(BaseModel):
+    """``office.enqueue_result``: the outcome, how a dedup was decided, and
+    the run concerned (the new run, the holder of the key, or the coalesce
+    target)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    outcome: QueueOutcome
+    dedup_kind: DedupKind | None = None
+    run_id: str | None = None
+
+    @property
+    def created(self) -> bool:
+        """Only ``queued`` counts as "a run was created"."""
+        return self.outcome is QueueOutcome.QUEUED
+
+
+class BulkEnqueueItem(EnqueueResult):
+    """One row of ``office.enqueue_runs``: the outcome of the element at
+    ``ordinality`` (1-based, input order)."""
+
+    ordinality: int
+
+
+class DedupHit(BaseModel):
+    """A unique violation on a dedup index (``idx_run_idempotency`` or
+    ``idx_wakeup_idempotency``) turned into an outcome: ``deduped``/``durable``
+    against the row that holds the key."""
+
+    model_config = ConfigDict(frozen=True)
+
+    queue: DedupQueue
+    constraint: str
+    key: str | None = None
+    holder_id: str | None = None  # run id (queue runs) or wakeup request id (queue wakeup)
+    reason: str | None = None
+    agent_profile_id: str | None = None
+
+    @property
+    def outcome(self) -> QueueOutcome:
+        return QueueOutcome.DEDUPED
+
+    @property
+    def dedup_kind(self) -> DedupKind:
+        return DedupKind.DURABLE
+
+    def as_enqueue_result(self) -> EnqueueResult:
+        return EnqueueResult(
+            outcome=QueueOutcome.DEDUPED, dedup_kind=DedupKind.DURABLE, run_id=self.holder_id
+        )
+
+
+class ExecuteResult(BaseModel):
+    """What a raw statement run through ``execute`` gave: its rows (as dicts)
+    and row count, or — when it hit a dedup index — the :class:`DedupHit`
+    (then ``rows`` is empty and ``rowcount`` 0: the statement changed nothing)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    rows: list[dict[str, Any]] = Field(default_factory=list)
+    rowcount: int = 0
+    dedup: DedupHit | None = None
+
+    @property
+    def deduped(self) -> bool:
+        return self.dedup is not None
+
+
+class Run(BaseModel):
+    """A row of ``office.runs`` (API.md §3). Columns the API does not name are
+    ignored; ``entry_triggered`` reads as false on a 0.1.0 schema."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    id: str
+    agent_profile_id: str
+    reason: str
+    payload: dict[str, Any] = Field(default_factory=dict)
+    status: RunStatus
+    coalesced_count: int = 1
+    idempotency_key: str | None = None
+    entry_triggered: bool = False
+    task_id: str | None = None
+    context_snapshot: dict[str, Any] = Field(default_factory=dict)
+    attempt: int = 0
+    claimed_by: str | None = None
+    retry_count: int = 0
+    scheduled_retry_at: datetime | None = None
+    error_message: str | None = None
+    cancel_reason: str | None = None
+    requested_at: datetime
+    claimed_at: datetime | None = None
+    finished_at: datetime | None = None
+
+    @field_validator("payload", "context_snapshot", mode="before")
+    @classmethod
+    def _decode_json(cls, value: Any) -> Any:
+        return {} if value is None else _json_value(value)
+
+
+class Agent(BaseModel):
+    """A row of ``office.agent_profiles`` (API.md §2)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    id: str
+    workspace_id: str
+    name: str = ""
+    status: AgentStatus
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def accepts_runs(self) -> bool:
+        return self.status not in (
+            AgentStatus.PAUSED,
+            AgentStatus.STOPPED,
+            AgentStatus.PENDING_APPROVAL,
+        )

@@ -1,0 +1,248 @@
+"""Metrics and logs of dedup, coalescing and keyless enqueues (DOMAIN.md §4).
+
+The database decides every outcome and counts it in its own views
+(``office.dedup_stats``, ``office.keyless_stats``); this module is the
+process-side layer over those outcomes: prometheus counters and log records,
+the same for both clients (one reporting helper, DOMAIN.md §2.6).
+
+Counters (labels in this order):
+
+* ``office_run_dedup_total{reason,kind,queue}`` - a wake suppressed, ``kind``
+  ``windowed`` or ``durable``, ``queue`` ``runs`` or ``wakeup``; never for a
+  coalesce or an error;
+* ``office_run_dedup_keyless_total{reason,cause}`` - a producer went keyless
+  on purpose (``unresolved`` or ``by_design``);
+* ``office_run_coalesced_total{reason}`` - a request merged into a queued run.
+
+Logs on logger ``controlplane.dedup`` (message text exact, fields as
+``extra``):
+
+* windowed dedup: INFO ``run deduplicated (windowed)`` - queue, reason, key;
+* durable dedup: WARNING ``run deduplicated (durable index)`` - queue, reason,
+  key, agent_profile_id (routine, not an anomaly: a late redelivery lands here);
+* keyless ``unresolved``: INFO ``run enqueued with no dedup key`` - reason,
+  cause, detail; ``by_design`` is counted, not logged;
+* coalesced: DEBUG ``run coalesced`` - agent, reason.
+
+A queued run is logged at INFO ``run queued`` (id, agent, reason) on logger
+``controlplane.runs``. Nothing here ever logs at ERROR: a dedup is an outcome.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter
+
+from controlplane.errors import InvalidArgument
+from controlplane.models import (
+    DedupKind,
+    DedupQueue,
+    EnqueueRequest,
+    EnqueueResult,
+    KeylessCause,
+    QueueOutcome,
+)
+
+DEDUP_LOGGER = "controlplane.dedup"
+RUNS_LOGGER = "controlplane.runs"
+
+dedup_log = logging.getLogger(DEDUP_LOGGER)
+runs_log = logging.getLogger(RUNS_LOGGER)
+
+MSG_WINDOWED = "run deduplicated (windowed)"
+MSG_DURABLE = "run deduplicated (durable index)"
+MSG_KEYLESS = "run enqueued with no dedup key"
+MSG_COALESCED = "run coalesced"
+MSG_QUEUED = "run queued"
+
+
+class DedupMetrics:
+    """The three counters, registered in one registry."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.dedup = Counter(
+            "office_run_dedup_total",
+            "Wakes suppressed by dedup (windowed lookup or durable unique index).",
+            ["reason", "kind", "queue"],
+            registry=registry,
+        )
+        self.keyless = Counter(
+            "office_run_dedup_keyless_total",
+            "Enqueues a producer made without a dedup key, by cause.",
+            ["reason", "cause"],
+            registry=registry,
+        )
+        self.coalesced = Counter(
+            "office_run_coalesced_total",
+            "Requests merged into an already queued run.",
+            ["reason"],
+            registry=registry,
+        )
+
+
+_metrics_lock = threading.Lock()
+_metrics_by_registry: dict[int, DedupMetrics] = {}
+
+
+def metrics_for(registry: CollectorRegistry | None = None) -> DedupMetrics:
+    """The counters of ``registry`` (default: prometheus_client's global
+    registry), created on first use and shared by every client using it."""
+    target = REGISTRY if registry is None else registry
+    with _metrics_lock:
+        metrics = _metrics_by_registry.get(id(target))
+        if metrics is None or metrics.registry is not target:
+            metrics = DedupMetrics(target)
+            _metrics_by_registry[id(target)] = metrics
+        return metrics
+
+
+class Reporter:
+    """Counts and logs enqueue outcomes into one registry. Both clients own
+    one and call :meth:`report_enqueue` after every enqueue."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.metrics = metrics_for(registry)
+
+    def report_enqueue(
+        self,
+        request: EnqueueRequest,
+        result: EnqueueResult,
+        queue: DedupQueue = DedupQueue.RUNS,
+    ) -> None:
+        """Report one enqueue: the keyless cause it declared (if any), then
+        its outcome."""
+        if request.keyless_cause is not None and request.keyless:
+            self.report_keyless(request.reason, request.keyless_cause, request.keyless_detail)
+        if result.outcome is QueueOutcome.DEDUPED:
+            self.report_dedup(
+                queue=queue,
+                reason=request.reason,
+                kind=result.dedup_kind or DedupKind.DURABLE,
+                key=request.idempotency_key,
+                agent_profile_id=request.agent_profile_id,
+            )
+        elif result.outcome is QueueOutcome.COALESCED:
+            self.metrics.coalesced.labels(reason=request.reason).inc()
+            dedup_log.debug(
+                MSG_COALESCED,
+                extra={
+                    "agent": request.agent_profile_id,
+                    "reason": request.reason,
+                    "run_id": result.run_id,
+                },
+            )
+        else:
+            runs_log.info(
+                MSG_QUEUED,
+                extra={
+                    "id": result.run_id,
+                    "agent": request.agent_profile_id,
+                    "reason": request.reason,
+                },
+            )
+
+    def report_dedup(
+        self,
+        *,
+        queue: DedupQueue | str,
+        reason: str,
+        kind: DedupKind | str,
+        key: str | None,
+        agent_profile_id: str | None = None,
+    ) -> None:
+        """Count and log one suppressed wake."""
+        kind = DedupKind(kind)
+        queue = DedupQueue(queue)
+        self.metrics.dedup.labels(reason=reason, kind=kind.value, queue=queue.value).inc()
+        if kind is DedupKind.WINDOWED:
+            dedup_log.info(MSG_WINDOWED, extra={"queue": queue.value, "reason": reason, "key": key})
+        else:
+            dedup_log.warning(
+                MSG_DURABLE,
+                extra={
+                    "queue": queue.value,
+                    "reason": reason,
+                    "key": key,
+                    "agent_profile_id": agent_profile_id,
+                },
+            )
+
+    def report_keyless(
+        self, reason: str, cause: KeylessCause | str, detail: str | None = None
+    ) -> None:
+        """``ReportKeylessEnqueue``: a producer decided to enqueue without a
+        key. ``unresolved`` is counted and logged at INFO; ``by_design`` is
+        counted only. An unknown cause is ``InvalidArgument`` (22023)."""
+        try:
+            keyless_cause = KeylessCause(cause)
+        except ValueError:
+            raise InvalidArgument(
+                f"unknown keyless cause {cause!r} (expected unresolved or by_design)"
+            ) from None
+        self.metrics.keyless.labels(reason=reason, cause=keyless_cause.value).inc()
+        if keyless_cause is KeylessCause.UNRESOLVED:
+            dedup_log.info(
+                MSG_KEYLESS,
+                extra={"reason": reason, "cause": keyless_cause.value, "detail": detail or ""},
+            )
+
+
+def report_enqueue(
+    request: EnqueueRequest,
+    result: EnqueueResult,
+    *,
+    queue: DedupQueue = DedupQueue.RUNS,
+    registry: CollectorRegistry | None = None,
+) -> None:
+    """Module-level form of :meth:`Reporter.report_enqueue`."""
+    Reporter(registry).report_enqueue(request, result, queue)
+
+
+def report_keyless(
+    reason: str,
+    cause: KeylessCause | str,
+    detail: str | None = None,
+    *,
+    registry: CollectorRegistry | None = None,
+) -> None:
+    """Module-level form of :meth:`Reporter.report_keyless`."""
+    Reporter(registry).report_keyless(reason, cause, detail)
+
+
+# --- schema compatibility (DOMAIN.md §2.23) -------------------------------
+
+COMPAT_LOGGER = "controlplane.compat"
+compat_log = logging.getLogger(COMPAT_LOGGER)
+
+_missing_column_lock = threading.Lock()
+_missing_columns_logged: set[tuple[str, str]] = set()
+
+
+def report_missing_column(table: str, column: str, consequence: str) -> bool:
+    """Log at ERROR that ``office.<table>.<column>`` is absent - exactly once
+    per process (DOMAIN.md §4: "exactly once per process start"), however many
+    clients probe. Returns whether this call logged."""
+    with _missing_column_lock:
+        if (table, column) in _missing_columns_logged:
+            return False
+        _missing_columns_logged.add((table, column))
+    compat_log.error(
+        "office schema is missing column %s.%s: %s; upgrade the database "
+        "(ALTER EXTENSION office UPDATE or officectl migrate)",
+        table,
+        column,
+        consequence,
+        extra={"table": table, "column": column},
+    )
+    return True
+
+
+def forget_missing_columns() -> None:
+    """Forget which missing columns were logged, so the next probe logs again
+    (for tests, and for a process that re-points its clients at another
+    database)."""
+    with _missing_column_lock:
+        _missing_columns_logged.clear()
