@@ -1,0 +1,246 @@
+"""The asynchronous client (asyncpg): the same methods and the same results as
+:class:`controlplane.client.Office`.
+
+Only the I/O differs: the statements, control flow, result building and
+reporting are the shared :class:`controlplane.client.Operations` flows, driven
+here with asyncpg instead of psycopg.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from datetime import timedelta
+from types import TracebackType
+from typing import Any, TypeVar
+
+import asyncpg
+from prometheus_client import CollectorRegistry
+
+from controlplane.client import (
+    CANCEL_RUN,
+    FAIL_RUN,
+    FINISH_RUN,
+    PRUNE_RUNS,
+    RECOVER_STALE_RUNS,
+    RETRY_RUN,
+    SET_AGENT_STATUS,
+    UPSERT_AGENT,
+    Call,
+    Flow,
+    Operations,
+    Reply,
+    as_interval,
+    as_request,
+    make_request,
+    rowcount_of,
+)
+from controlplane.errors import wrap_exceptions
+from controlplane.models import (
+    Agent,
+    BulkEnqueueItem,
+    EnqueueRequest,
+    EnqueueResult,
+    ExecuteResult,
+    KeylessCause,
+    Run,
+)
+from controlplane.observability import Reporter
+
+T = TypeVar("T")
+
+_JSON_TYPES = frozenset({"json", "jsonb"})
+
+
+async def perform_asyncpg(conn: Any, call: Call) -> Reply:
+    """Run one :class:`Call` on an asyncpg connection. Raw statements
+    (``rowcount``) go through a prepared statement for the command tag, and
+    their json/jsonb columns are decoded as psycopg does."""
+    query = call.query
+    args = query.asyncpg_args(call.params) if query.parametrized else []
+    async with wrap_exceptions():
+        if not call.rowcount:
+            records = await conn.fetch(query.asyncpg_text, *args)
+            return Reply([dict(record) for record in records])
+        statement = await conn.prepare(query.asyncpg_text)
+        records = await statement.fetch(*args)
+        rowcount = rowcount_of(statement.get_statusmsg())
+        json_columns = {
+            attribute.name
+            for attribute in statement.get_attributes()
+            if attribute.type.name in _JSON_TYPES
+        }
+    rows = []
+    for record in records:
+        row = dict(record)
+        for name in json_columns:
+            if isinstance(row.get(name), str):
+                row[name] = json.loads(row[name])
+        rows.append(row)
+    return Reply(rows, rowcount)
+
+
+async def drive_async(flow: Flow[T], conn: Any) -> T:
+    """:func:`controlplane.client.drive` with awaited I/O."""
+    try:
+        call = next(flow)
+        while True:
+            try:
+                reply = await perform_asyncpg(conn, call)
+            except Exception as exc:
+                call = flow.throw(exc)
+            else:
+                call = flow.send(reply)
+    except StopIteration as stop:
+        result: T = stop.value
+        return result
+
+
+class AsyncOffice:
+    """The office client over an asyncpg pool.
+
+    ``AsyncOffice(dsn)`` opens its own pool on first use (or
+    ``await office.open()`` / ``async with AsyncOffice(dsn) as office``) and
+    closes it in :meth:`close`; ``AsyncOffice(pool=pool)`` borrows one.
+    """
+
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        pool: asyncpg.Pool | None = None,
+        min_size: int = 1,
+        max_size: int = 4,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        if (dsn is None) == (pool is None):
+            raise ValueError("pass either a dsn or a pool")
+        self._dsn = dsn
+        self._pool: asyncpg.Pool | None = pool
+        self._owns_pool = pool is None
+        self._min_size = min_size
+        self._max_size = max_size
+        self._ops = Operations(Reporter(registry))
+
+    async def open(self) -> AsyncOffice:
+        if self._pool is None:
+            self._pool = await asyncpg.create_pool(
+                self._dsn, min_size=self._min_size, max_size=self._max_size
+            )
+        return self
+
+    @property
+    def pool(self) -> asyncpg.Pool | None:
+        return self._pool
+
+    async def close(self) -> None:
+        """Close the pool if this client opened it."""
+        if self._owns_pool and self._pool is not None:
+            pool, self._pool = self._pool, None
+            await pool.close()
+
+    async def __aenter__(self) -> AsyncOffice:
+        return await self.open()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def _run(self, flow: Flow[T]) -> T:
+        if self._pool is None:
+            await self.open()
+        assert self._pool is not None
+        async with self._pool.acquire() as conn:
+            return await drive_async(flow, conn)
+
+    # the queue ------------------------------------------------------------
+
+    async def enqueue_run(
+        self,
+        agent_profile_id: str,
+        reason: str,
+        payload: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        task_id: str | None = None,
+        entry_triggered: bool = False,
+        keyless_cause: KeylessCause | str | None = None,
+        keyless_detail: str | None = None,
+    ) -> EnqueueResult:
+        """``office.enqueue_run``: queued, deduped (windowed/durable) or
+        coalesced - never an error for a duplicate."""
+        request = make_request(
+            agent_profile_id,
+            reason,
+            payload,
+            idempotency_key,
+            task_id,
+            entry_triggered,
+            keyless_cause,
+            keyless_detail,
+        )
+        return await self._run(self._ops.enqueue_run(request))
+
+    async def enqueue_runs(
+        self, requests: Iterable[EnqueueRequest | Mapping[str, Any]]
+    ) -> list[BulkEnqueueItem]:
+        """``office.enqueue_runs``: one outcome per request, in input order."""
+        return await self._run(self._ops.enqueue_runs([as_request(r) for r in requests]))
+
+    async def claim_run(
+        self, worker_id: str | None = None, agent_profile_id: str | None = None
+    ) -> Run | None:
+        """The claimed run (``attempt`` is the fencing token), or None."""
+        return await self._run(self._ops.claim_run(worker_id, agent_profile_id))
+
+    async def finish_run(self, run_id: str, attempt: int) -> bool:
+        params = {"run_id": run_id, "attempt": attempt}
+        return await self._run(self._ops.changed(FINISH_RUN, params))
+
+    async def fail_run(self, run_id: str, attempt: int, error_message: str) -> bool:
+        params = {"run_id": run_id, "attempt": attempt, "error_message": error_message}
+        return await self._run(self._ops.changed(FAIL_RUN, params))
+
+    async def retry_run(self, run_id: str, attempt: int, delay: timedelta | float) -> bool:
+        params = {"run_id": run_id, "attempt": attempt, "delay": as_interval(delay)}
+        return await self._run(self._ops.changed(RETRY_RUN, params))
+
+    async def cancel_run(self, run_id: str, reason: str) -> bool:
+        params = {"run_id": run_id, "reason": reason}
+        return await self._run(self._ops.changed(CANCEL_RUN, params))
+
+    async def recover_stale_runs(self, older_than: timedelta | float) -> int:
+        params = {"older_than": as_interval(older_than)}
+        return await self._run(self._ops.count(RECOVER_STALE_RUNS, params))
+
+    async def prune_runs(self, older_than: timedelta | float) -> int:
+        params = {"older_than": as_interval(older_than)}
+        return await self._run(self._ops.count(PRUNE_RUNS, params))
+
+    # agents -----------------------------------------------------------------
+
+    async def upsert_agent(
+        self, id: str, workspace_id: str, name: str = "", status: str = "idle"
+    ) -> Agent:
+        params = {"id": id, "workspace_id": workspace_id, "name": name, "status": status}
+        return await self._run(self._ops.agent(UPSERT_AGENT, params))
+
+    async def set_agent_status(self, id: str, status: str) -> Agent:
+        return await self._run(self._ops.agent(SET_AGENT_STATUS, {"id": id, "status": status}))
+
+    # observability and raw statements ---------------------------------------
+
+    def report_keyless(
+        self, reason: str, cause: KeylessCause | str, detail: str | None = None
+    ) -> None:
+        """``ReportKeylessEnqueue`` (no I/O, so not a coroutine)."""
+        self._ops.report_keyless(reason, cause, detail)
+
+    async def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> ExecuteResult:
+        """Run one raw statement (``%(name)s`` parameters, as for
+        :meth:`Office.execute`) through the same error translation: a hit on a
+        dedup index is returned as ``ExecuteResult.dedup``, never raised."""
+        return await self._run(self._ops.execute(sql, params))

@@ -1,0 +1,606 @@
+"""The synchronous client (psycopg 3 + psycopg_pool) and everything both
+clients share.
+
+Both :class:`Office` and :class:`controlplane.aio.AsyncOffice` are thin
+drivers over one I/O-free core, :class:`Operations`: each operation is a
+generator that *yields* the statements it needs (:class:`Call`) and receives
+their rows (:class:`Reply`), or has the translated error thrown into it. The
+sync driver answers with psycopg, the async one with asyncpg; queries, control
+flow (schema probe, dedup-index recovery, bulk fallback), result building and
+reporting exist once.
+
+Every statement is a named module-level :class:`Query` written in psycopg's
+``%(name)s`` style and calls the SQL API in named notation; the asyncpg form
+(``$n``) is derived from it.
+
+Unique violations on ``idx_run_idempotency``/``idx_wakeup_idempotency`` are
+outcomes (``deduped``/``durable``), however they reach Python; any other
+unique violation is :class:`controlplane.errors.UniqueViolationError`; the
+SQLSTATEs of API.md §7 are the typed errors of :mod:`controlplane.errors`.
+
+Connections run in autocommit: every call is its own transaction (the SQL
+functions are atomic on their own). A pool passed in gets its connections
+switched to autocommit when they are checked out.
+
+Mixed versions (DOMAIN.md §2.23): on first enqueue each client probes once
+whether ``office.runs.entry_triggered`` exists. When it does not (a database
+still at schema 0.1.0), one ERROR is logged per *process* (logger
+``controlplane.compat``, naming ``runs`` and ``entry_triggered``; see
+:func:`controlplane.observability.report_missing_column`) and enqueues omit
+the ``entry_triggered`` argument, so they succeed with the exclusion inactive.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable, Generator, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from types import TracebackType
+from typing import Any, TypeVar
+
+import psycopg
+from prometheus_client import CollectorRegistry
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
+
+from controlplane.errors import DedupIndexHit, OfficeError, wrap_exceptions
+from controlplane.models import (
+    Agent,
+    BulkEnqueueItem,
+    DedupHit,
+    DedupKind,
+    DedupQueue,
+    EnqueueRequest,
+    EnqueueResult,
+    ExecuteResult,
+    KeylessCause,
+    Run,
+)
+from controlplane.observability import Reporter, report_missing_column
+
+T = TypeVar("T")
+
+log = logging.getLogger("controlplane.client")
+
+
+# --- statements ---------------------------------------------------------------
+
+_PLACEHOLDER = re.compile(r"%%|%\((\w+)\)s")
+
+
+@dataclass(frozen=True)
+class Query:
+    """One SQL statement in psycopg form (``%(name)s``) and its asyncpg form
+    (``$n``, with the parameter names in ``$n`` order)."""
+
+    text: str
+    parametrized: bool = True
+    asyncpg_text: str = field(init=False)
+    names: tuple[str, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        names: list[str] = []
+        if self.parametrized:
+
+            def number(match: re.Match[str]) -> str:
+                name = match.group(1)
+                if name is None:
+                    return "%"
+                if name not in names:
+                    names.append(name)
+                return f"${names.index(name) + 1}"
+
+            converted = _PLACEHOLDER.sub(number, self.text)
+        else:
+            converted = self.text
+        object.__setattr__(self, "asyncpg_text", converted)
+        object.__setattr__(self, "names", tuple(names))
+
+    def asyncpg_args(self, params: Mapping[str, Any]) -> list[Any]:
+        return [params[name] for name in self.names]
+
+
+PROBE_RUNS_ENTRY_TRIGGERED = Query(
+    "SELECT 1 FROM information_schema.columns"
+    " WHERE table_schema = 'office' AND table_name = 'runs'"
+    " AND column_name = 'entry_triggered'"
+)
+
+ENQUEUE_RUN = Query(
+    "SELECT outcome, dedup_kind, run_id FROM office.enqueue_run("
+    "agent_profile_id => %(agent_profile_id)s, reason => %(reason)s,"
+    " payload => %(payload)s::jsonb, idempotency_key => %(idempotency_key)s,"
+    " task_id => %(task_id)s, entry_triggered => %(entry_triggered)s,"
+    " keyless_cause => %(keyless_cause)s, keyless_detail => %(keyless_detail)s)"
+)
+
+# The same call for a schema without runs.entry_triggered (0.1.0).
+ENQUEUE_RUN_WITHOUT_ENTRY_TRIGGERED = Query(
+    "SELECT outcome, dedup_kind, run_id FROM office.enqueue_run("
+    "agent_profile_id => %(agent_profile_id)s, reason => %(reason)s,"
+    " payload => %(payload)s::jsonb, idempotency_key => %(idempotency_key)s,"
+    " task_id => %(task_id)s,"
+    " keyless_cause => %(keyless_cause)s, keyless_detail => %(keyless_detail)s)"
+)
+
+ENQUEUE_RUNS = Query(
+    "SELECT ordinality, outcome, dedup_kind, run_id"
+    " FROM office.enqueue_runs(requests => %(requests)s::jsonb)"
+)
+
+CLAIM_RUN = Query(
+    "SELECT * FROM office.claim_run("
+    "worker_id => %(worker_id)s, agent_profile_id => %(agent_profile_id)s)"
+)
+
+FINISH_RUN = Query(
+    "SELECT office.finish_run(run_id => %(run_id)s, attempt => %(attempt)s) AS changed"
+)
+
+FAIL_RUN = Query(
+    "SELECT office.fail_run(run_id => %(run_id)s, attempt => %(attempt)s,"
+    " error_message => %(error_message)s) AS changed"
+)
+
+RETRY_RUN = Query(
+    "SELECT office.retry_run(run_id => %(run_id)s, attempt => %(attempt)s,"
+    " delay => %(delay)s) AS changed"
+)
+
+CANCEL_RUN = Query(
+    "SELECT office.cancel_run(run_id => %(run_id)s, reason => %(reason)s) AS changed"
+)
+
+RECOVER_STALE_RUNS = Query(
+    "SELECT office.recover_stale_runs(older_than => %(older_than)s) AS count"
+)
+
+PRUNE_RUNS = Query("SELECT office.prune_runs(older_than => %(older_than)s) AS count")
+
+UPSERT_AGENT = Query(
+    "SELECT * FROM office.upsert_agent(id => %(id)s, workspace_id => %(workspace_id)s,"
+    " name => %(name)s, status => %(status)s)"
+)
+
+SET_AGENT_STATUS = Query(
+    "SELECT * FROM office.set_agent_status(id => %(id)s, status => %(status)s)"
+)
+
+# Who holds a key that a statement collided with (raw INSERT, older schema).
+FIND_RUN_BY_KEY = Query(
+    "SELECT id, agent_profile_id, reason FROM office.runs WHERE idempotency_key = %(key)s"
+)
+FIND_WAKEUP_BY_KEY = Query(
+    "SELECT id, agent_profile_id, reason FROM office.wakeup_requests"
+    " WHERE idempotency_key = %(key)s"
+)
+
+# The bulk fallback's transaction (see Operations.enqueue_each).
+BEGIN = Query("BEGIN")
+COMMIT = Query("COMMIT")
+ROLLBACK = Query("ROLLBACK")
+SAVEPOINT_ELEMENT = Query("SAVEPOINT office_enqueue_element")
+ROLLBACK_TO_ELEMENT = Query("ROLLBACK TO SAVEPOINT office_enqueue_element")
+
+
+# --- the I/O protocol between core and drivers ------------------------------
+
+
+@dataclass(frozen=True)
+class Call:
+    """One statement an operation needs. ``rowcount``: the caller needs the
+    number of rows affected (raw statements), not just the rows."""
+
+    query: Query
+    params: Mapping[str, Any] = field(default_factory=dict)
+    rowcount: bool = False
+
+
+@dataclass(frozen=True)
+class Reply:
+    rows: list[dict[str, Any]]
+    rowcount: int = -1
+
+
+Flow = Generator[Call, Reply, T]
+
+
+def drive(flow: Flow[T], perform: Callable[[Call], Reply]) -> T:
+    """Run an operation with a blocking ``perform``: send each reply back,
+    throw each (translated) error in. The async twin is
+    :func:`controlplane.aio.drive_async`."""
+    try:
+        call = next(flow)
+        while True:
+            try:
+                reply = perform(call)
+            except Exception as exc:
+                call = flow.throw(exc)
+            else:
+                call = flow.send(reply)
+    except StopIteration as stop:
+        result: T = stop.value
+        return result
+
+
+def rowcount_of(status: str | None) -> int:
+    """The row count in a command tag (``INSERT 0 1`` → 1, ``BEGIN`` → -1)."""
+    last = (status or "").rsplit(" ", 1)[-1]
+    return int(last) if last.isdigit() else -1
+
+
+# --- parameters and results -------------------------------------------------
+
+
+def as_interval(value: timedelta | float | int) -> timedelta:
+    """Intervals are ``timedelta``s; a number means seconds."""
+    return value if isinstance(value, timedelta) else timedelta(seconds=value)
+
+
+def enqueue_params(request: EnqueueRequest, with_entry_triggered: bool) -> dict[str, Any]:
+    params: dict[str, Any] = {
+        "agent_profile_id": request.agent_profile_id,
+        "reason": request.reason,
+        "payload": json.dumps(request.payload),
+        "idempotency_key": request.idempotency_key,
+        "task_id": request.task_id,
+        "keyless_cause": None if request.keyless_cause is None else str(request.keyless_cause),
+        "keyless_detail": request.keyless_detail,
+    }
+    if with_entry_triggered:
+        params["entry_triggered"] = request.entry_triggered
+    return params
+
+
+def bulk_element(request: EnqueueRequest, with_entry_triggered: bool) -> dict[str, Any]:
+    """One element of ``enqueue_runs``: the request's explicitly set fields."""
+    element = request.model_dump(mode="json", exclude_unset=True, exclude_none=True)
+    element.setdefault("payload", request.payload)
+    if not with_entry_triggered:
+        element.pop("entry_triggered", None)
+    return element
+
+
+def enqueue_result(row: Mapping[str, Any]) -> EnqueueResult:
+    return EnqueueResult.model_validate(dict(row))
+
+
+def as_request(request: EnqueueRequest | Mapping[str, Any]) -> EnqueueRequest:
+    return request if isinstance(request, EnqueueRequest) else EnqueueRequest(**request)
+
+
+def make_request(
+    agent_profile_id: str,
+    reason: str,
+    payload: Mapping[str, Any] | None,
+    idempotency_key: str | None,
+    task_id: str | None,
+    entry_triggered: bool,
+    keyless_cause: KeylessCause | str | None,
+    keyless_detail: str | None,
+) -> EnqueueRequest:
+    return EnqueueRequest(
+        agent_profile_id=agent_profile_id,
+        reason=reason,
+        payload={} if payload is None else payload,
+        idempotency_key=idempotency_key,
+        task_id=task_id,
+        entry_triggered=entry_triggered,
+        keyless_cause=keyless_cause,
+        keyless_detail=keyless_detail,
+    )
+
+
+# --- the operations, once for both clients ----------------------------------
+
+
+class Operations:
+    """The I/O-free half of a client: its schema-probe state, its reporter,
+    and one flow per operation."""
+
+    ENTRY_TRIGGERED_ABSENT = (
+        "runs enqueued with entry_triggered may be coalesced (the exclusion is inactive)"
+    )
+
+    def __init__(self, reporter: Reporter) -> None:
+        self.reporter = reporter
+        self.has_entry_triggered: bool | None = None  # None: not probed yet
+
+    # schema probe ---------------------------------------------------------
+
+    def probe(self) -> Flow[bool]:
+        """Whether ``office.runs.entry_triggered`` exists; asked once per
+        client, a probe error counts as absent."""
+        if self.has_entry_triggered is None:
+            try:
+                reply = yield Call(PROBE_RUNS_ENTRY_TRIGGERED)
+                present = bool(reply.rows)
+            except Exception as exc:
+                log.warning("column probe office.runs.entry_triggered failed: %s", exc)
+                present = False
+            if not present:
+                report_missing_column("runs", "entry_triggered", self.ENTRY_TRIGGERED_ABSENT)
+            self.has_entry_triggered = present
+        return self.has_entry_triggered
+
+    # dedup-index recovery -------------------------------------------------
+
+    def dedup_hit(self, hit: DedupIndexHit, key: str | None = None) -> Flow[DedupHit]:
+        """The outcome of a statement that hit a dedup index: look up who
+        holds the key (None when it cannot be read)."""
+        queue = DedupQueue(hit.queue)
+        key = hit.key if hit.key is not None else key
+        holder: Mapping[str, Any] = {}
+        if key is not None:
+            lookup = FIND_RUN_BY_KEY if queue is DedupQueue.RUNS else FIND_WAKEUP_BY_KEY
+            try:
+                reply = yield Call(lookup, {"key": key})
+                holder = reply.rows[0] if reply.rows else {}
+            except Exception as exc:
+                log.debug("could not look up the holder of key %r: %s", key, exc)
+        return DedupHit(
+            queue=queue,
+            constraint=hit.constraint_name,
+            key=key,
+            holder_id=holder.get("id"),
+            reason=holder.get("reason"),
+            agent_profile_id=holder.get("agent_profile_id"),
+        )
+
+    # the queue ------------------------------------------------------------
+
+    def enqueue_run(self, request: EnqueueRequest) -> Flow[EnqueueResult]:
+        with_entry = yield from self.probe()
+        query = ENQUEUE_RUN if with_entry else ENQUEUE_RUN_WITHOUT_ENTRY_TRIGGERED
+        try:
+            reply = yield Call(query, enqueue_params(request, with_entry))
+            result = enqueue_result(reply.rows[0])
+        except DedupIndexHit as hit:  # a schema whose enqueue_run lets it through
+            dedup = yield from self.dedup_hit(hit, request.idempotency_key)
+            result = dedup.as_enqueue_result()
+        self.reporter.report_enqueue(request, result)
+        return result
+
+    def enqueue_runs(self, requests: list[EnqueueRequest]) -> Flow[list[BulkEnqueueItem]]:
+        if not requests:
+            return []
+        with_entry = yield from self.probe()
+        elements = [bulk_element(request, with_entry) for request in requests]
+        try:
+            reply = yield Call(ENQUEUE_RUNS, {"requests": json.dumps(elements)})
+            items = [BulkEnqueueItem.model_validate(row) for row in reply.rows]
+        except DedupIndexHit:  # a schema whose enqueue_runs lets it through
+            items = yield from self.enqueue_each(requests, with_entry)
+        for item in items:
+            self.reporter.report_enqueue(requests[item.ordinality - 1], item)
+        return items
+
+    def enqueue_each(
+        self, requests: list[EnqueueRequest], with_entry: bool
+    ) -> Flow[list[BulkEnqueueItem]]:
+        """The bulk call element by element, in one transaction, each element
+        behind a savepoint so a dedup-index hit becomes its outcome; any
+        other error rolls everything back (the bulk contract)."""
+        query = ENQUEUE_RUN if with_entry else ENQUEUE_RUN_WITHOUT_ENTRY_TRIGGERED
+        items: list[BulkEnqueueItem] = []
+        yield Call(BEGIN)
+        try:
+            for ordinality, request in enumerate(requests, start=1):
+                yield Call(SAVEPOINT_ELEMENT)
+                try:
+                    reply = yield Call(query, enqueue_params(request, with_entry))
+                    result = enqueue_result(reply.rows[0])
+                except DedupIndexHit as hit:
+                    yield Call(ROLLBACK_TO_ELEMENT)
+                    dedup = yield from self.dedup_hit(hit, request.idempotency_key)
+                    result = dedup.as_enqueue_result()
+                except OfficeError as exc:
+                    raise type(exc)(
+                        f"element {ordinality}: {exc.message}", sqlstate=exc.sqlstate
+                    ) from exc
+                items.append(BulkEnqueueItem(ordinality=ordinality, **result.model_dump()))
+            yield Call(COMMIT)
+        except Exception:
+            yield Call(ROLLBACK)
+            raise
+        return items
+
+    def claim_run(self, worker_id: str | None, agent_profile_id: str | None) -> Flow[Run | None]:
+        reply = yield Call(
+            CLAIM_RUN, {"worker_id": worker_id, "agent_profile_id": agent_profile_id}
+        )
+        return Run.model_validate(reply.rows[0]) if reply.rows else None
+
+    def changed(self, query: Query, params: Mapping[str, Any]) -> Flow[bool]:
+        reply = yield Call(query, params)
+        return bool(reply.rows[0]["changed"])
+
+    def count(self, query: Query, params: Mapping[str, Any]) -> Flow[int]:
+        reply = yield Call(query, params)
+        return int(reply.rows[0]["count"])
+
+    def agent(self, query: Query, params: Mapping[str, Any]) -> Flow[Agent]:
+        reply = yield Call(query, params)
+        return Agent.model_validate(reply.rows[0])
+
+    def report_keyless(self, reason: str, cause: KeylessCause | str, detail: str | None) -> None:
+        self.reporter.report_keyless(reason, cause, detail)
+
+    # raw statements ---------------------------------------------------------
+
+    def execute(self, sql: str, params: Mapping[str, Any] | None) -> Flow[ExecuteResult]:
+        query = Query(sql, parametrized=params is not None)
+        try:
+            reply = yield Call(query, params or {}, rowcount=True)
+        except DedupIndexHit as hit:
+            dedup = yield from self.dedup_hit(hit)
+            self.reporter.report_dedup(
+                queue=dedup.queue,
+                reason=dedup.reason or "unknown",
+                kind=DedupKind.DURABLE,
+                key=dedup.key,
+                agent_profile_id=dedup.agent_profile_id,
+            )
+            return ExecuteResult(dedup=dedup)
+        return ExecuteResult(rows=reply.rows, rowcount=reply.rowcount)
+
+
+# --- the synchronous client ---------------------------------------------------
+
+
+def perform_psycopg(conn: psycopg.Connection[Any], call: Call) -> Reply:
+    with wrap_exceptions(), conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(call.query.text, call.params if call.query.parametrized else None)
+        rows = cur.fetchall() if cur.description is not None else []
+        return Reply(rows, cur.rowcount)
+
+
+class Office:
+    """The office client over psycopg 3 and a ``psycopg_pool`` pool.
+
+    ``Office(dsn)`` owns its pool (closed by :meth:`close` or the ``with``
+    block); ``Office(pool=pool)`` borrows one and leaves it open. Metrics go to
+    ``registry`` (default: prometheus_client's global registry).
+    """
+
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        pool: ConnectionPool[Any] | None = None,
+        min_size: int = 1,
+        max_size: int = 4,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        if (dsn is None) == (pool is None):
+            raise ValueError("pass either a dsn or a pool")
+        if pool is None:
+            pool = ConnectionPool(
+                dsn or "",
+                min_size=min_size,
+                max_size=max_size,
+                kwargs={"autocommit": True},
+                open=True,
+                name="office",
+            )
+            self._owns_pool = True
+        else:
+            self._owns_pool = False
+        self._pool: ConnectionPool[Any] = pool
+        self._ops = Operations(Reporter(registry))
+
+    @property
+    def pool(self) -> ConnectionPool[Any]:
+        return self._pool
+
+    def close(self) -> None:
+        """Close the pool if this client opened it."""
+        if self._owns_pool:
+            self._pool.close()
+
+    def __enter__(self) -> Office:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _run(self, flow: Flow[T]) -> T:
+        with self._pool.connection() as conn:
+            if not conn.autocommit:
+                conn.autocommit = True
+            return drive(flow, lambda call: perform_psycopg(conn, call))
+
+    # the queue ------------------------------------------------------------
+
+    def enqueue_run(
+        self,
+        agent_profile_id: str,
+        reason: str,
+        payload: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        task_id: str | None = None,
+        entry_triggered: bool = False,
+        keyless_cause: KeylessCause | str | None = None,
+        keyless_detail: str | None = None,
+    ) -> EnqueueResult:
+        """``office.enqueue_run``: queued, deduped (windowed/durable) or
+        coalesced - never an error for a duplicate."""
+        request = make_request(
+            agent_profile_id,
+            reason,
+            payload,
+            idempotency_key,
+            task_id,
+            entry_triggered,
+            keyless_cause,
+            keyless_detail,
+        )
+        return self._run(self._ops.enqueue_run(request))
+
+    def enqueue_runs(
+        self, requests: Iterable[EnqueueRequest | Mapping[str, Any]]
+    ) -> list[BulkEnqueueItem]:
+        """``office.enqueue_runs``: one outcome per request, in input order."""
+        return self._run(self._ops.enqueue_runs([as_request(r) for r in requests]))
+
+    def claim_run(
+        self, worker_id: str | None = None, agent_profile_id: str | None = None
+    ) -> Run | None:
+        """The claimed run (``attempt`` is the fencing token), or None."""
+        return self._run(self._ops.claim_run(worker_id, agent_profile_id))
+
+    def finish_run(self, run_id: str, attempt: int) -> bool:
+        return self._run(self._ops.changed(FINISH_RUN, {"run_id": run_id, "attempt": attempt}))
+
+    def fail_run(self, run_id: str, attempt: int, error_message: str) -> bool:
+        params = {"run_id": run_id, "attempt": attempt, "error_message": error_message}
+        return self._run(self._ops.changed(FAIL_RUN, params))
+
+    def retry_run(self, run_id: str, attempt: int, delay: timedelta | float) -> bool:
+        params = {"run_id": run_id, "attempt": attempt, "delay": as_interval(delay)}
+        return self._run(self._ops.changed(RETRY_RUN, params))
+
+    def cancel_run(self, run_id: str, reason: str) -> bool:
+        return self._run(self._ops.changed(CANCEL_RUN, {"run_id": run_id, "reason": reason}))
+
+    def recover_stale_runs(self, older_than: timedelta | float) -> int:
+        params = {"older_than": as_interval(older_than)}
+        return self._run(self._ops.count(RECOVER_STALE_RUNS, params))
+
+    def prune_runs(self, older_than: timedelta | float) -> int:
+        return self._run(self._ops.count(PRUNE_RUNS, {"older_than": as_interval(older_than)}))
+
+    # agents -----------------------------------------------------------------
+
+    def upsert_agent(
+        self, id: str, workspace_id: str, name: str = "", status: str = "idle"
+    ) -> Agent:
+        params = {"id": id, "workspace_id": workspace_id, "name": name, "status": status}
+        return self._run(self._ops.agent(UPSERT_AGENT, params))
+
+    def set_agent_status(self, id: str, status: str) -> Agent:
+        return self._run(self._ops.agent(SET_AGENT_STATUS, {"id": id, "status": status}))
+
+    # observability and raw statements ---------------------------------------
+
+    def report_keyless(
+        self, reason: str, cause: KeylessCause | str, detail: str | None = None
+    ) -> None:
+        """``ReportKeylessEnqueue`` at a producer's decision site (Python-side
+        metric and log; ``enqueue_run(keyless_cause=...)`` also counts it in
+        the database)."""
+        self._ops.report_keyless(reason, cause, detail)
+
+    def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> ExecuteResult:
+        """Run one raw statement (``%(name)s`` parameters) through the same
+        error translation: a hit on a dedup index is returned as
+        ``ExecuteResult.dedup`` (counted and logged), never raised."""
+        return self._run(self._ops.execute(sql, params))
