@@ -1,0 +1,230 @@
+"""Run-queue benchmark: office.enqueue_run and claim/finish against a raw floor.
+
+    make bench            # or: bash bench/run.sh enqueue
+
+For each driver (psycopg, asyncpg) and connection count (1, 4), every case runs
+for --seconds in a closed loop, and is divided by a floor measured in the same
+run: a prepared single-row ``INSERT … ON CONFLICT DO NOTHING`` into a table with
+one unique index, on the same driver and connections (fresh keys for the
+fresh-key cases, 90 % repeated keys for the repeated-key case).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import psycopg
+
+from bench.common import Measurement, machine_line, run_async, run_sync, write_section
+
+AGENTS = 64
+REPEATED_POOL = 100  # keys that 90 % of the repeated-key operations reuse
+
+FLOOR_SQL = "INSERT INTO public.bench_floor (k) VALUES ({}) ON CONFLICT DO NOTHING"
+ENQUEUE_SQL = "SELECT outcome FROM office.enqueue_run({}, {}, '{{}}'::jsonb, {}, {})"
+CLAIM_SQL = "SELECT id, attempt FROM office.claim_run({})"
+FINISH_SQL = "SELECT office.finish_run({}, {})"
+
+_run_counter = itertools.count()
+
+
+def _params(driver: str, n: int) -> list[str]:
+    return ["%s"] * n if driver == "psycopg" else [f"${i + 1}" for i in range(n)]
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    floor: str  # which floor it is divided by
+    target: float | None
+
+
+CASES = [
+    Case("enqueue, fresh keys", "floor, fresh keys", 0.75),
+    Case("enqueue, 90% repeated keys", "floor, 90% repeated keys", 1.0),
+    Case("enqueue, one coalescing bucket", "floor, fresh keys", None),
+    Case("claim_run + finish_run cycle", "floor, fresh keys", None),
+]
+
+
+def _key(kind: str, worker: int, i: int, run: int) -> str:
+    """Fresh keys are unique in the whole benchmark; repeated keys come 9 times
+    in 10 from a pool that exists before the case starts."""
+    if kind == "repeated" and i % 10:
+        return f"pool-{(worker * 7 + i) % REPEATED_POOL}"
+    return f"fresh-{run}-{worker}-{i}"
+
+
+def reset(dsn: str, case: str) -> None:
+    """Empty every office table but the agents, then set up what ``case`` needs."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS public.bench_floor (k text NOT NULL)")
+        conn.execute("CREATE UNIQUE INDEX IF NOT EXISTS bench_floor_k ON public.bench_floor (k)")
+        tables = conn.execute(
+            "SELECT string_agg(format('%I.%I', schemaname, tablename), ', ') FROM pg_tables"
+            " WHERE schemaname = 'office' AND tablename <> 'agent_profiles'"
+        ).fetchone()
+        conn.execute(f"TRUNCATE public.bench_floor, {tables[0] if tables else 'office.runs'}")
+        conn.execute(
+            "SELECT office.upsert_agent('bench-agent-' || n, 'bench')"
+            " FROM generate_series(0, %s) n",
+            (AGENTS - 1,),
+        )
+        if case == "floor, 90% repeated keys":
+            conn.execute(
+                "INSERT INTO public.bench_floor SELECT 'pool-' || n FROM generate_series(0, %s) n",
+                (REPEATED_POOL - 1,),
+            )
+        elif case == "enqueue, 90% repeated keys":
+            conn.execute(
+                "SELECT office.enqueue_run('bench-agent-' || (n %% %s), 'task_assigned', '{}',"
+                " 'pool-' || n, 'task-pool-' || n) FROM generate_series(0, %s) n",
+                (AGENTS, REPEATED_POOL - 1),
+            )
+        elif case == "claim_run + finish_run cycle":
+            # Enough queued runs that the queue never runs dry during the case.
+            conn.execute(
+                "INSERT INTO office.runs (agent_profile_id, reason, requested_at)"
+                " SELECT 'bench-agent-' || (n %% %s), 'task_assigned',"
+                "        now() - interval '1 hour' + n * interval '1 millisecond'"
+                " FROM generate_series(1, 200000) n",
+                (AGENTS,),
+            )
+        conn.execute("VACUUM ANALYZE")
+        conn.execute("CHECKPOINT")
+
+
+def sync_op(case: str, run: int) -> Any:
+    floor, enqueue = FLOOR_SQL.format("%s"), ENQUEUE_SQL.format(*_params("psycopg", 4))
+    claim, finish = CLAIM_SQL.format("%s"), FINISH_SQL.format("%s", "%s")
+
+    def op(conn: psycopg.Connection[Any], worker: int, i: int) -> None:
+        if case.startswith("floor"):
+            kind = "repeated" if "repeated" in case else "fresh"
+            conn.execute(floor, (_key(kind, worker, i, run),), prepare=True)
+        elif case == "enqueue, one coalescing bucket":
+            conn.execute(enqueue, ("bench-agent-0", "heartbeat", None, None), prepare=True)
+        elif case == "claim_run + finish_run cycle":
+            row = conn.execute(claim, (f"w{worker}",), prepare=True).fetchone()
+            if row is not None:
+                conn.execute(finish, row, prepare=True)
+        else:
+            kind = "repeated" if "repeated" in case else "fresh"
+            key = _key(kind, worker, i, run)
+            agent = f"bench-agent-{worker % AGENTS}"
+            conn.execute(enqueue, (agent, "task_assigned", key, "task-" + key), prepare=True)
+
+    return op
+
+
+def async_op(case: str, run: int) -> Any:
+    floor, enqueue = FLOOR_SQL.format("$1"), ENQUEUE_SQL.format(*_params("asyncpg", 4))
+    claim, finish = CLAIM_SQL.format("$1"), FINISH_SQL.format("$1", "$2")
+
+    async def op(conn: asyncpg.Connection, worker: int, i: int) -> None:
+        if case.startswith("floor"):
+            kind = "repeated" if "repeated" in case else "fresh"
+            await conn.execute(floor, _key(kind, worker, i, run))
+        elif case == "enqueue, one coalescing bucket":
+            await conn.fetchval(enqueue, "bench-agent-0", "heartbeat", None, None)
+        elif case == "claim_run + finish_run cycle":
+            row = await conn.fetchrow(claim, f"w{worker}")
+            if row is not None:
+                await conn.fetchval(finish, row[0], row[1])
+        else:
+            kind = "repeated" if "repeated" in case else "fresh"
+            key = _key(kind, worker, i, run)
+            agent = f"bench-agent-{worker % AGENTS}"
+            await conn.fetchval(enqueue, agent, "task_assigned", key, "task-" + key)
+
+    return op
+
+
+def measure(dsn: str, driver: str, connections: int, case: str, seconds: float) -> Measurement:
+    reset(dsn, case)
+    run = next(_run_counter)
+    if driver == "psycopg":
+        return run_sync(dsn, connections, seconds, sync_op(case, run))
+    return run_async(dsn, connections, seconds, async_op(case, run))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--dsn", required=True)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--connections", default="1,4")
+    parser.add_argument("--drivers", default="psycopg,asyncpg")
+    parser.add_argument("--write", type=Path, help="update this markdown file's enqueue section")
+    args = parser.parse_args()
+
+    floors = ["floor, fresh keys", "floor, 90% repeated keys"]
+    rows = []
+    rates: dict[tuple[str, int, str], float] = {}
+    for driver in args.drivers.split(","):
+        for connections in (int(c) for c in args.connections.split(",")):
+            for case in floors + [c.name for c in CASES]:
+                result = measure(args.dsn, driver, connections, case, args.seconds)
+                rates[(driver, connections, case)] = result.rate
+                print(f"{driver:8} {connections} conn  {case:34} {result.rate:9.0f}/s", flush=True)
+            for c in CASES:
+                floor = rates[(driver, connections, c.floor)]
+                rate = rates[(driver, connections, c.name)]
+                ratio = rate / floor if floor else 0.0
+                verdict = (
+                    "—" if c.target is None else ("met" if ratio >= c.target else "**missed**")
+                )
+                target = "—" if c.target is None else f"≥ {c.target:.2f}×"
+                rows.append(
+                    f"| {c.name} | {driver} | {connections} | {rate:,.0f} | {c.floor} "
+                    f"{floor:,.0f} | {ratio:.2f}× | {target} | {verdict} |"
+                )
+
+    scaling = []
+    for driver in args.drivers.split(","):
+        for case in [
+            "floor, 90% repeated keys",
+            "enqueue, 90% repeated keys",
+            "floor, fresh keys",
+            "enqueue, fresh keys",
+        ]:
+            one, four = rates.get((driver, 1, case)), rates.get((driver, 4, case))
+            if one and four:
+                scaling.append(
+                    f"| {case} | {driver} | {one:,.0f} | {four:,.0f} | {four / one:.2f}× |"
+                )
+
+    body = "\n".join(
+        [
+            "## Run queue: `office.enqueue_run`, claim and finish",
+            "",
+            f"Command: `make bench` (`bash bench/run.sh enqueue`), {args.seconds:g} s per case.",
+            f"Machine: {machine_line(args.dsn)}.",
+            "",
+            "Each rate is operations per second summed over the connections; the ratio divides it",
+            "by the floor named beside it, measured in the same run with the same driver and",
+            "connection count. A claim+finish cycle is two statements (claim_run, finish_run).",
+            "",
+            "| case | driver | connections | ops/s | floor ops/s | ratio | target | |",
+            "|---|---|---|---|---|---|---|---|",
+            *rows,
+            "",
+            "Scaling from 1 to 4 connections (the dedup counters must not serialise repeated-key",
+            "enqueues on one counter row: their scaling should follow the floor's):",
+            "",
+            "| case | driver | 1 connection | 4 connections | 4 / 1 |",
+            "|---|---|---|---|---|",
+            *scaling,
+        ]
+    )
+    print(body)
+    if args.write:
+        write_section(args.write, "enqueue", body)
+
+
+if __name__ == "__main__":
+    main()
