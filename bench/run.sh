@@ -31,5 +31,5 @@ DSN="postgresql://postgres@127.0.0.1:$PORT/office_bench"
 benches=("$@")
 [ ${#benches[@]} -gt 0 ] || benches=(enqueue)
 for bench in "${benches[@]}"; do
-    "$BIN/python" "bench/$bench.py" --dsn "$DSN" --seconds "$SECONDS_PER_CASE" --write docs/benchmarks.md
+    "$BIN/python" -m "bench.$bench" --dsn "$DSN" --seconds "$SECONDS_PER_CASE" --write docs/benchmarks.md
 done
