@@ -31,7 +31,7 @@ from controlplane.client import (
     Operations,
     Reply,
     as_interval,
-    as_request,
+    as_requests,
     make_request,
     rowcount_of,
 )
@@ -188,7 +188,7 @@ class AsyncOffice:
         self, requests: Iterable[EnqueueRequest | Mapping[str, Any]]
     ) -> list[BulkEnqueueItem]:
         """``office.enqueue_runs``: one outcome per request, in input order."""
-        return await self._run(self._ops.enqueue_runs([as_request(r) for r in requests]))
+        return await self._run(self._ops.enqueue_runs(as_requests(requests)))
 
     async def claim_run(
         self, worker_id: str | None = None, agent_profile_id: str | None = None

@@ -45,8 +45,9 @@ import psycopg
 from prometheus_client import CollectorRegistry
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
+from pydantic import ValidationError
 
-from controlplane.errors import DedupIndexHit, OfficeError, wrap_exceptions
+from controlplane.errors import DedupIndexHit, InvalidArgument, OfficeError, wrap_exceptions
 from controlplane.models import (
     Agent,
     BulkEnqueueItem,
@@ -268,8 +269,29 @@ def enqueue_result(row: Mapping[str, Any]) -> EnqueueResult:
     return EnqueueResult.model_validate(dict(row))
 
 
-def as_request(request: EnqueueRequest | Mapping[str, Any]) -> EnqueueRequest:
-    return request if isinstance(request, EnqueueRequest) else EnqueueRequest(**request)
+def _invalid(error: ValidationError, where: str = "") -> InvalidArgument:
+    """A request the model refuses (a wrong type, an unknown field) is bad
+    input, reported like the server's 22023."""
+    problems = "; ".join(
+        f"{'.'.join(str(part) for part in e['loc']) or 'request'}: {e['msg']}"
+        for e in error.errors()
+    )
+    return InvalidArgument(f"{where}{problems}")
+
+
+def as_requests(requests: Iterable[EnqueueRequest | Mapping[str, Any]]) -> list[EnqueueRequest]:
+    """The elements of a bulk call as requests; a bad one is ``InvalidArgument``
+    naming its ordinality, as ``enqueue_runs`` does."""
+    converted = []
+    for ordinality, request in enumerate(requests, start=1):
+        if isinstance(request, EnqueueRequest):
+            converted.append(request)
+            continue
+        try:
+            converted.append(EnqueueRequest.model_validate(dict(request)))
+        except ValidationError as exc:
+            raise _invalid(exc, f"enqueue_runs element {ordinality}: ") from exc
+    return converted
 
 
 def make_request(
@@ -282,16 +304,19 @@ def make_request(
     keyless_cause: KeylessCause | str | None,
     keyless_detail: str | None,
 ) -> EnqueueRequest:
-    return EnqueueRequest(
-        agent_profile_id=agent_profile_id,
-        reason=reason,
-        payload={} if payload is None else payload,
-        idempotency_key=idempotency_key,
-        task_id=task_id,
-        entry_triggered=entry_triggered,
-        keyless_cause=keyless_cause,
-        keyless_detail=keyless_detail,
-    )
+    try:
+        return EnqueueRequest(
+            agent_profile_id=agent_profile_id,
+            reason=reason,
+            payload=payload,
+            idempotency_key=idempotency_key,
+            task_id=task_id,
+            entry_triggered=entry_triggered,
+            keyless_cause=keyless_cause,
+            keyless_detail=keyless_detail,
+        )
+    except ValidationError as exc:
+        raise _invalid(exc) from exc
 
 
 # --- the operations, once for both clients ----------------------------------
@@ -549,7 +574,7 @@ class Office:
         self, requests: Iterable[EnqueueRequest | Mapping[str, Any]]
     ) -> list[BulkEnqueueItem]:
         """``office.enqueue_runs``: one outcome per request, in input order."""
-        return self._run(self._ops.enqueue_runs([as_request(r) for r in requests]))
+        return self._run(self._ops.enqueue_runs(as_requests(requests)))
 
     def claim_run(
         self, worker_id: str | None = None, agent_profile_id: str | None = None

@@ -114,7 +114,8 @@ class Reporter:
     ) -> None:
         """Report one enqueue: the keyless cause it declared (if any), then
         its outcome."""
-        if request.keyless_cause is not None and request.keyless:
+        # The server has validated the cause by now; '' means "none", as in SQL.
+        if request.keyless_cause and request.keyless:
             self.report_keyless(request.reason, request.keyless_cause, request.keyless_detail)
         if result.outcome is QueueOutcome.DEDUPED:
             self.report_dedup(

@@ -260,6 +260,13 @@ def keyless_by_design_is_counted_not_logged(env: Env) -> None:
     assert second.outcome is QueueOutcome.COALESCED
     assert env.keyless("task_reopened", "by_design") == 2
     assert [r for r in env.dedup_records(logging.DEBUG) if r.getMessage() == MSG_KEYLESS] == []
+    # An empty cause means "no cause", as in SQL: nothing counted.
+    env.office.enqueue_run("a1", "task_reopened", keyless_cause="")
+    assert env.keyless("task_reopened", "by_design") == 2
+    assert (
+        env.scalar("SELECT sum(total) FROM office.keyless_stats WHERE reason = 'task_reopened'")
+        == 2
+    )
 
 
 @scenario
@@ -509,6 +516,16 @@ def enqueue_runs_fails_whole_on_a_bad_element(env: Env) -> None:
             ]
         )
     assert info.value.message == "enqueue_runs element 2: reason must not be empty (agent 'a1')"
+    # Refused before the call: a field the API does not have, a wrong type.
+    with pytest.raises(InvalidArgument, match=r"^enqueue_runs element 2: priority: Extra inputs"):
+        env.office.enqueue_runs(
+            [
+                {"agent_profile_id": "a1", "reason": "r"},
+                {"agent_profile_id": "a1", "reason": "r", "priority": 1},
+            ]
+        )
+    with pytest.raises(InvalidArgument, match="agent_profile_id: Input should be a valid string"):
+        env.office.enqueue_run(None, "r")
     assert env.runs() == []
     assert env.coalesced("r") == 0
 
