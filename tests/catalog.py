@@ -18,7 +18,9 @@ def _acl(acl: str, owner: str) -> str:
     )
     return (
         f"(SELECT coalesce(string_agg({item}, ',' ORDER BY {item}), '') "
-        f"FROM aclexplode(coalesce({acl}, '{{}}'::aclitem[])) a)"
+        # aclexplode is strict: a NULL ACL (a composite type's pg_class row)
+        # gives no rows; '{}'::aclitem[] would raise "must be one-dimensional".
+        f"FROM aclexplode({acl}) a)"
     )
 
 
