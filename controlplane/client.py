@@ -179,6 +179,13 @@ FIND_WAKEUP_BY_KEY = Query(
     " WHERE idempotency_key = %(key)s"
 )
 
+# What a connection that ran raw statements gets before it is reused (the
+# default reset of asyncpg pools; psycopg allows several statements here
+# because there are no parameters).
+RESET_SESSION = Query(
+    "CLOSE ALL; UNLISTEN *; RESET ALL; SELECT pg_advisory_unlock_all()", parametrized=False
+)
+
 # The bulk fallback's transaction (see Operations.enqueue_each).
 BEGIN = Query("BEGIN")
 COMMIT = Query("COMMIT")
@@ -483,6 +490,22 @@ def perform_psycopg(conn: psycopg.Connection[Any], call: Call) -> Reply:
         return Reply(rows, cur.rowcount)
 
 
+def reset_session(conn: psycopg.Connection[Any]) -> None:
+    """After a raw statement: give the connection back as a fresh one would
+    be (no open transaction, no session settings, listens or session locks).
+    The named operations leave no session state, so only raw statements pay
+    for this round trip. (Not a pool ``reset`` callback: with one,
+    psycopg_pool returns every connection through a worker thread, which
+    costs more than the reset.) A connection that cannot be reset is closed,
+    so the pool replaces it."""
+    try:
+        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            conn.rollback()
+        conn.execute(RESET_SESSION.text)
+    except psycopg.Error:
+        conn.close()
+
+
 class Office:
     """The office client over psycopg 3 and a ``psycopg_pool`` pool.
 
@@ -537,11 +560,15 @@ class Office:
     ) -> None:
         self.close()
 
-    def _run(self, flow: Flow[T]) -> T:
+    def _run(self, flow: Flow[T], *, raw: bool = False) -> T:
         with self._pool.connection() as conn:
             if not conn.autocommit:
                 conn.autocommit = True
-            return drive(flow, lambda call: perform_psycopg(conn, call))
+            try:
+                return drive(flow, lambda call: perform_psycopg(conn, call))
+            finally:
+                if raw:
+                    reset_session(conn)
 
     # the queue ------------------------------------------------------------
 
@@ -628,4 +655,4 @@ class Office:
         """Run one raw statement (``%(name)s`` parameters) through the same
         error translation: a hit on a dedup index is returned as
         ``ExecuteResult.dedup`` (counted and logged), never raised."""
-        return self._run(self._ops.execute(sql, params))
+        return self._run(self._ops.execute(sql, params), raw=True)

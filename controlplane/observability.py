@@ -127,15 +127,16 @@ class Reporter:
             )
         elif result.outcome is QueueOutcome.COALESCED:
             self.metrics.coalesced.labels(reason=request.reason).inc()
-            dedup_log.debug(
-                MSG_COALESCED,
-                extra={
-                    "agent": request.agent_profile_id,
-                    "reason": request.reason,
-                    "run_id": result.run_id,
-                },
-            )
-        else:
+            if dedup_log.isEnabledFor(logging.DEBUG):
+                dedup_log.debug(
+                    MSG_COALESCED,
+                    extra={
+                        "agent": request.agent_profile_id,
+                        "reason": request.reason,
+                        "run_id": result.run_id,
+                    },
+                )
+        elif runs_log.isEnabledFor(logging.INFO):
             runs_log.info(
                 MSG_QUEUED,
                 extra={

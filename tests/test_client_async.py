@@ -18,7 +18,13 @@ from prometheus_client import CollectorRegistry
 from controlplane.aio import AsyncOffice
 from controlplane.errors import AgentNotFound, UniqueViolationError
 from controlplane.models import DedupKind, QueueOutcome
-from tests.test_client_sync import RAW_INSERT, SCENARIOS, Env, Scenario
+from tests.test_client_sync import (
+    RAW_INSERT,
+    SCENARIOS,
+    Env,
+    Scenario,
+    check_raw_session_state_does_not_outlive_the_call,
+)
 
 
 class Blocking:
@@ -146,3 +152,13 @@ def test_both_clients_have_the_same_methods() -> None:
     assert set(async_) - {"open"} == set(sync)
     for name, parameters in sync.items():
         assert async_[name] == parameters, name
+
+
+def test_raw_session_state_does_not_outlive_the_call(dsn: str) -> None:
+    loop = asyncio.new_event_loop()
+    office = AsyncOffice(dsn, min_size=1, max_size=1, registry=CollectorRegistry())
+    try:
+        check_raw_session_state_does_not_outlive_the_call(Blocking(office, loop))
+    finally:
+        loop.run_until_complete(office.close())
+        loop.close()

@@ -683,3 +683,21 @@ def test_a_borrowed_pool_is_left_open(dsn: str) -> None:
 def test_a_client_needs_a_dsn_or_a_pool() -> None:
     with pytest.raises(ValueError, match="either a dsn or a pool"):
         Office()
+
+
+def check_raw_session_state_does_not_outlive_the_call(office: Any) -> None:
+    """``office`` has a pool of exactly one connection."""
+    query = "SELECT pg_backend_pid() AS pid, current_setting('TimeZone') AS tz"
+    before = office.execute(query)
+    office.execute("SET TimeZone = 'Pacific/Chatham'")
+    assert office.execute(query).rows == before.rows  # the same connection, reset
+    # A transaction a raw statement opens ends with the call.
+    office.execute("BEGIN")
+    office.execute("SELECT pg_current_xact_id()")  # would stay assigned in an open transaction
+    assert office.execute("SELECT pg_current_xact_id_if_assigned() AS xid").rows == [{"xid": None}]
+    assert office.execute(query).rows == before.rows
+
+
+def test_raw_session_state_does_not_outlive_the_call(dsn: str) -> None:
+    with Office(dsn, min_size=1, max_size=1, registry=CollectorRegistry()) as office:
+        check_raw_session_state_does_not_outlive_the_call(office)
