@@ -270,5 +270,6 @@ class AsyncOffice:
     async def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> ExecuteResult:
         """Run one raw statement (``%(name)s`` parameters, as for
         :meth:`Office.execute`) through the same error translation: a hit on a
-        dedup index is returned as ``ExecuteResult.dedup``, never raised."""
+        dedup index is returned as ``ExecuteResult.dedup``, never raised. Each
+        call is its own transaction; its session state is reset afterwards."""
         return await self._run(self._ops.execute(sql, params), raw=True)

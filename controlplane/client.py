@@ -654,5 +654,7 @@ class Office:
     def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> ExecuteResult:
         """Run one raw statement (``%(name)s`` parameters) through the same
         error translation: a hit on a dedup index is returned as
-        ``ExecuteResult.dedup`` (counted and logged), never raised."""
+        ``ExecuteResult.dedup`` (counted and logged), never raised. Each call
+        is its own transaction, and session state it sets (``SET``,
+        ``LISTEN``, session advisory locks) is reset when it returns."""
         return self._run(self._ops.execute(sql, params), raw=True)
