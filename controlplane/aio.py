@@ -18,14 +18,22 @@ import asyncpg
 from prometheus_client import CollectorRegistry
 
 from controlplane.client import (
+    ADD_BLOCKER,
+    ARCHIVE_TASK,
     CANCEL_RUN,
+    CHILD_GENERATION,
+    CHILD_SET_KEY,
     FAIL_RUN,
     FINISH_RUN,
+    IS_TASK_TERMINAL,
+    MOVE_TASK,
     PRUNE_RUNS,
     RECOVER_STALE_RUNS,
+    REMOVE_BLOCKER,
     RESET_SESSION,
     RETRY_RUN,
     SET_AGENT_STATUS,
+    TASK_TERMINAL_STATUS,
     UPSERT_AGENT,
     Call,
     Flow,
@@ -47,6 +55,15 @@ from controlplane.models import (
     Run,
 )
 from controlplane.observability import Reporter
+from controlplane.tasks import (
+    ActorType,
+    AssignResult,
+    Event,
+    Task,
+    TaskResult,
+    TaskState,
+    TaskTerminalStatus,
+)
 
 T = TypeVar("T")
 
@@ -258,6 +275,97 @@ class AsyncOffice:
 
     async def set_agent_status(self, id: str, status: str) -> Agent:
         return await self._run(self._ops.agent(SET_AGENT_STATUS, {"id": id, "status": status}))
+
+    # tasks ------------------------------------------------------------------
+
+    async def create_task(
+        self,
+        workspace_id: str,
+        id: str | None = None,
+        title: str = "",
+        parent_id: str | None = None,
+        workflow_step_id: str | None = None,
+        assignee_agent_profile_id: str | None = None,
+        state: TaskState | str = TaskState.TODO,
+        is_office: bool = True,
+        is_ephemeral: bool = False,
+    ) -> TaskResult:
+        """``office.create_task``: generation 1 with assignee and step (else
+        0), and for an Office task with an assignee its ``task_assigned`` run."""
+        return await self._run(
+            self._ops.create_task(
+                workspace_id,
+                id,
+                title,
+                parent_id,
+                workflow_step_id,
+                assignee_agent_profile_id,
+                state,
+                is_office,
+                is_ephemeral,
+            )
+        )
+
+    async def assign_task(
+        self,
+        task_id: str,
+        assignee_agent_profile_id: str | None,
+        actor_id: str | None = None,
+        actor_type: ActorType | str = ActorType.USER,
+    ) -> AssignResult:
+        """``office.assign_task``: the generation this call committed, the
+        interrupt flag and the ``task_assigned`` run (None/'' unassigns)."""
+        return await self._run(
+            self._ops.assign_task(task_id, assignee_agent_profile_id, actor_id, actor_type)
+        )
+
+    async def move_task(self, task_id: str, state: TaskState | str) -> Task:
+        """``office.move_task``; the terminal effects run in the same transaction."""
+        params = {"task_id": task_id, "state": str(state)}
+        return await self._run(self._ops.task(MOVE_TASK, params))
+
+    async def archive_task(self, task_id: str) -> Task:
+        return await self._run(self._ops.task(ARCHIVE_TASK, {"task_id": task_id}))
+
+    async def get_task(self, task_id: str) -> Task | None:
+        return await self._run(self._ops.get_task(task_id))
+
+    async def add_blocker(self, task_id: str, blocker_task_id: str) -> None:
+        """``blocker_task_id`` now blocks ``task_id`` (a cycle is InvalidArgument)."""
+        params = {"task_id": task_id, "blocker_task_id": blocker_task_id}
+        await self._run(self._ops.done(ADD_BLOCKER, params))
+
+    async def remove_blocker(self, task_id: str, blocker_task_id: str) -> None:
+        params = {"task_id": task_id, "blocker_task_id": blocker_task_id}
+        await self._run(self._ops.done(REMOVE_BLOCKER, params))
+
+    async def task_terminal_status(self, task_id: str) -> TaskTerminalStatus:
+        value = await self._run(self._ops.value(TASK_TERMINAL_STATUS, {"task_id": task_id}))
+        return TaskTerminalStatus(value)
+
+    async def is_task_terminal(self, task_id: str) -> bool:
+        return bool(await self._run(self._ops.value(IS_TASK_TERMINAL, {"task_id": task_id})))
+
+    async def child_set_key(self, parent_task_id: str) -> str:
+        params = {"parent_task_id": parent_task_id}
+        return str(await self._run(self._ops.value(CHILD_SET_KEY, params)))
+
+    async def child_generation(self, parent_task_id: str) -> str:
+        params = {"parent_task_id": parent_task_id}
+        return str(await self._run(self._ops.value(CHILD_GENERATION, params)))
+
+    # events -----------------------------------------------------------------
+
+    async def claim_events(
+        self, consumer: str, max_rows: int = 100, visibility: timedelta | float = 30
+    ) -> list[Event]:
+        """``office.claim_events``: up to ``max_rows`` pending events, hidden
+        from other consumers for ``visibility`` (seconds or a timedelta)."""
+        return await self._run(self._ops.claim_events(consumer, max_rows, visibility))
+
+    async def ack_events(self, ids: Iterable[int]) -> int:
+        """``office.ack_events``: how many of ``ids`` were acknowledged now."""
+        return await self._run(self._ops.ack_events(ids))
 
     # observability and raw statements ---------------------------------------
 

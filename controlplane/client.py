@@ -61,6 +61,15 @@ from controlplane.models import (
     Run,
 )
 from controlplane.observability import Reporter, report_missing_column
+from controlplane.tasks import (
+    ActorType,
+    AssignResult,
+    Event,
+    Task,
+    TaskResult,
+    TaskState,
+    TaskTerminalStatus,
+)
 
 T = TypeVar("T")
 
@@ -169,6 +178,51 @@ UPSERT_AGENT = Query(
 SET_AGENT_STATUS = Query(
     "SELECT * FROM office.set_agent_status(id => %(id)s, status => %(status)s)"
 )
+
+CREATE_TASK = Query(
+    "SELECT task_id, assignment_generation, outcome, dedup_kind, run_id FROM office.create_task("
+    "workspace_id => %(workspace_id)s, id => %(id)s, title => %(title)s,"
+    " parent_id => %(parent_id)s, workflow_step_id => %(workflow_step_id)s,"
+    " assignee_agent_profile_id => %(assignee_agent_profile_id)s, state => %(state)s,"
+    " is_office => %(is_office)s, is_ephemeral => %(is_ephemeral)s)"
+)
+
+ASSIGN_TASK = Query(
+    "SELECT assignment_generation, interrupt, outcome, dedup_kind, run_id FROM office.assign_task("
+    "task_id => %(task_id)s, assignee_agent_profile_id => %(assignee_agent_profile_id)s,"
+    " actor_id => %(actor_id)s, actor_type => %(actor_type)s)"
+)
+
+MOVE_TASK = Query("SELECT * FROM office.move_task(task_id => %(task_id)s, state => %(state)s)")
+
+ARCHIVE_TASK = Query("SELECT * FROM office.archive_task(task_id => %(task_id)s)")
+
+GET_TASK = Query("SELECT * FROM office.get_task(task_id => %(task_id)s)")
+
+ADD_BLOCKER = Query(
+    "SELECT office.add_blocker(task_id => %(task_id)s, blocker_task_id => %(blocker_task_id)s)"
+)
+
+REMOVE_BLOCKER = Query(
+    "SELECT office.remove_blocker(task_id => %(task_id)s, blocker_task_id => %(blocker_task_id)s)"
+)
+
+TASK_TERMINAL_STATUS = Query("SELECT office.task_terminal_status(task_id => %(task_id)s) AS value")
+
+IS_TASK_TERMINAL = Query("SELECT office.is_task_terminal(task_id => %(task_id)s) AS value")
+
+CHILD_SET_KEY = Query("SELECT office.child_set_key(parent_task_id => %(parent_task_id)s) AS value")
+
+CHILD_GENERATION = Query(
+    "SELECT office.child_generation(parent_task_id => %(parent_task_id)s) AS value"
+)
+
+CLAIM_EVENTS = Query(
+    "SELECT * FROM office.claim_events(consumer => %(consumer)s, max_rows => %(max_rows)s,"
+    " visibility => %(visibility)s)"
+)
+
+ACK_EVENTS = Query("SELECT office.ack_events(ids => %(ids)s::bigint[]) AS count")
 
 # Who holds a key that a statement collided with (raw INSERT, older schema).
 FIND_RUN_BY_KEY = Query(
@@ -458,6 +512,75 @@ class Operations:
         reply = yield Call(query, params)
         return Agent.model_validate(reply.rows[0])
 
+    def value(self, query: Query, params: Mapping[str, Any]) -> Flow[Any]:
+        reply = yield Call(query, params)
+        return reply.rows[0]["value"]
+
+    def done(self, query: Query, params: Mapping[str, Any]) -> Flow[None]:
+        yield Call(query, params)
+
+    # tasks and events -----------------------------------------------------
+
+    def create_task(
+        self,
+        workspace_id: str,
+        id: str | None,
+        title: str,
+        parent_id: str | None,
+        workflow_step_id: str | None,
+        assignee_agent_profile_id: str | None,
+        state: TaskState | str,
+        is_office: bool,
+        is_ephemeral: bool,
+    ) -> Flow[TaskResult]:
+        params = {
+            "workspace_id": workspace_id,
+            "id": id,
+            "title": title,
+            "parent_id": parent_id,
+            "workflow_step_id": workflow_step_id,
+            "assignee_agent_profile_id": assignee_agent_profile_id,
+            "state": str(state),
+            "is_office": is_office,
+            "is_ephemeral": is_ephemeral,
+        }
+        reply = yield Call(CREATE_TASK, params)
+        return TaskResult.model_validate(reply.rows[0])
+
+    def assign_task(
+        self,
+        task_id: str,
+        assignee_agent_profile_id: str | None,
+        actor_id: str | None,
+        actor_type: ActorType | str,
+    ) -> Flow[AssignResult]:
+        params = {
+            "task_id": task_id,
+            "assignee_agent_profile_id": assignee_agent_profile_id,
+            "actor_id": actor_id,
+            "actor_type": str(actor_type),
+        }
+        reply = yield Call(ASSIGN_TASK, params)
+        return AssignResult.model_validate(reply.rows[0])
+
+    def task(self, query: Query, params: Mapping[str, Any]) -> Flow[Task]:
+        reply = yield Call(query, params)
+        return Task.model_validate(reply.rows[0])
+
+    def get_task(self, task_id: str) -> Flow[Task | None]:
+        reply = yield Call(GET_TASK, {"task_id": task_id})
+        return Task.model_validate(reply.rows[0]) if reply.rows else None
+
+    def claim_events(
+        self, consumer: str, max_rows: int, visibility: timedelta | float
+    ) -> Flow[list[Event]]:
+        params = {"consumer": consumer, "max_rows": max_rows, "visibility": as_interval(visibility)}
+        reply = yield Call(CLAIM_EVENTS, params)
+        return [Event.model_validate(row) for row in reply.rows]
+
+    def ack_events(self, ids: Iterable[int]) -> Flow[int]:
+        return (yield from self.count(ACK_EVENTS, {"ids": list(ids)}))
+
     def report_keyless(self, reason: str, cause: KeylessCause | str, detail: str | None) -> None:
         self.reporter.report_keyless(reason, cause, detail)
 
@@ -640,6 +763,95 @@ class Office:
 
     def set_agent_status(self, id: str, status: str) -> Agent:
         return self._run(self._ops.agent(SET_AGENT_STATUS, {"id": id, "status": status}))
+
+    # tasks ------------------------------------------------------------------
+
+    def create_task(
+        self,
+        workspace_id: str,
+        id: str | None = None,
+        title: str = "",
+        parent_id: str | None = None,
+        workflow_step_id: str | None = None,
+        assignee_agent_profile_id: str | None = None,
+        state: TaskState | str = TaskState.TODO,
+        is_office: bool = True,
+        is_ephemeral: bool = False,
+    ) -> TaskResult:
+        """``office.create_task``: generation 1 with assignee and step (else
+        0), and for an Office task with an assignee its ``task_assigned`` run."""
+        return self._run(
+            self._ops.create_task(
+                workspace_id,
+                id,
+                title,
+                parent_id,
+                workflow_step_id,
+                assignee_agent_profile_id,
+                state,
+                is_office,
+                is_ephemeral,
+            )
+        )
+
+    def assign_task(
+        self,
+        task_id: str,
+        assignee_agent_profile_id: str | None,
+        actor_id: str | None = None,
+        actor_type: ActorType | str = ActorType.USER,
+    ) -> AssignResult:
+        """``office.assign_task``: the generation this call committed, the
+        interrupt flag and the ``task_assigned`` run (None/'' unassigns)."""
+        return self._run(
+            self._ops.assign_task(task_id, assignee_agent_profile_id, actor_id, actor_type)
+        )
+
+    def move_task(self, task_id: str, state: TaskState | str) -> Task:
+        """``office.move_task``; the terminal effects run in the same transaction."""
+        return self._run(self._ops.task(MOVE_TASK, {"task_id": task_id, "state": str(state)}))
+
+    def archive_task(self, task_id: str) -> Task:
+        return self._run(self._ops.task(ARCHIVE_TASK, {"task_id": task_id}))
+
+    def get_task(self, task_id: str) -> Task | None:
+        return self._run(self._ops.get_task(task_id))
+
+    def add_blocker(self, task_id: str, blocker_task_id: str) -> None:
+        """``blocker_task_id`` now blocks ``task_id`` (a cycle is InvalidArgument)."""
+        params = {"task_id": task_id, "blocker_task_id": blocker_task_id}
+        self._run(self._ops.done(ADD_BLOCKER, params))
+
+    def remove_blocker(self, task_id: str, blocker_task_id: str) -> None:
+        params = {"task_id": task_id, "blocker_task_id": blocker_task_id}
+        self._run(self._ops.done(REMOVE_BLOCKER, params))
+
+    def task_terminal_status(self, task_id: str) -> TaskTerminalStatus:
+        value = self._run(self._ops.value(TASK_TERMINAL_STATUS, {"task_id": task_id}))
+        return TaskTerminalStatus(value)
+
+    def is_task_terminal(self, task_id: str) -> bool:
+        return bool(self._run(self._ops.value(IS_TASK_TERMINAL, {"task_id": task_id})))
+
+    def child_set_key(self, parent_task_id: str) -> str:
+        return str(self._run(self._ops.value(CHILD_SET_KEY, {"parent_task_id": parent_task_id})))
+
+    def child_generation(self, parent_task_id: str) -> str:
+        params = {"parent_task_id": parent_task_id}
+        return str(self._run(self._ops.value(CHILD_GENERATION, params)))
+
+    # events -----------------------------------------------------------------
+
+    def claim_events(
+        self, consumer: str, max_rows: int = 100, visibility: timedelta | float = 30
+    ) -> list[Event]:
+        """``office.claim_events``: up to ``max_rows`` pending events, hidden
+        from other consumers for ``visibility`` (seconds or a timedelta)."""
+        return self._run(self._ops.claim_events(consumer, max_rows, visibility))
+
+    def ack_events(self, ids: Iterable[int]) -> int:
+        """``office.ack_events``: how many of ``ids`` were acknowledged now."""
+        return self._run(self._ops.ack_events(ids))
 
     # observability and raw statements ---------------------------------------
 

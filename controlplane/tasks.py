@@ -1,0 +1,166 @@
+"""Typed results of the task and event functions (API.md §2, §6) for both
+Python clients.
+
+``create_task`` and ``assign_task`` are producers: besides the task they
+report what happened to the ``task_assigned`` run they asked for. Their
+outcome is one of the queue's (``queued``, ``deduped``, ``coalesced``) or
+``skipped`` - the assignee does not exist (any more) or does not accept runs,
+which never aborts the assignment itself - or ``None`` when no run was due
+(no assignee, an unassignment, a non-Office task).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from controlplane.models import DedupKind, _json_value
+
+__all__ = [
+    "TASK_STATES",
+    "TERMINAL_STATES",
+    "ActorType",
+    "AssignResult",
+    "Event",
+    "EventTopic",
+    "ProducerOutcome",
+    "Task",
+    "TaskResult",
+    "TaskState",
+    "TaskTerminalStatus",
+]
+
+
+class TaskState(StrEnum):
+    TODO = "TODO"
+    CREATED = "CREATED"
+    SCHEDULING = "SCHEDULING"
+    IN_PROGRESS = "IN_PROGRESS"
+    REVIEW = "REVIEW"
+    BLOCKED = "BLOCKED"
+    WAITING_FOR_INPUT = "WAITING_FOR_INPUT"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+TASK_STATES = frozenset(TaskState)
+#: Terminal for blockers (``is_task_terminal``): FAILED counts. A parent's
+#: wave needs COMPLETED or CANCELLED children (DOMAIN.md §1.1).
+TERMINAL_STATES = frozenset({TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELLED})
+
+
+class ActorType(StrEnum):
+    """Who made an assignment (``assign_task(actor_type => ...)``)."""
+
+    USER = "user"
+    AGENT = "agent"
+    SYSTEM = "system"
+
+
+class TaskTerminalStatus(StrEnum):
+    """``office.task_terminal_status``: the routine gate's view of a task."""
+
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    OPEN = ""
+    MISSING = "missing"
+
+
+class ProducerOutcome(StrEnum):
+    """What an internal producer's enqueue did: the queue's outcomes, or
+    ``skipped`` when the agent is missing or does not accept runs."""
+
+    QUEUED = "queued"
+    DEDUPED = "deduped"
+    COALESCED = "coalesced"
+    SKIPPED = "skipped"
+
+
+class EventTopic(StrEnum):
+    TASK_ASSIGNED = "task.assigned"
+    TASK_MOVED = "task.moved"
+
+
+class _ProducerResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    outcome: ProducerOutcome | None = None
+    dedup_kind: DedupKind | None = None
+    run_id: str | None = None
+
+    @property
+    def created(self) -> bool:
+        """Only ``queued`` means a run was created."""
+        return self.outcome is ProducerOutcome.QUEUED
+
+
+class TaskResult(_ProducerResult):
+    """``office.task_result``: the new task, its generation (1 when created
+    with assignee and step, else 0) and its ``task_assigned`` run."""
+
+    task_id: str
+    assignment_generation: int
+
+
+class AssignResult(_ProducerResult):
+    """``office.assign_result``: the generation this assignment committed,
+    whether the previous (different, non-empty) assignee is to be
+    interrupted, and the ``task_assigned`` run."""
+
+    assignment_generation: int
+    interrupt: bool
+
+
+class Task(BaseModel):
+    """A row of ``office.tasks`` (API.md §2)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    id: str
+    workspace_id: str
+    parent_id: str | None = None
+    workflow_step_id: str | None = None
+    title: str = ""
+    state: TaskState
+    assignee_agent_profile_id: str | None = None
+    assignment_generation: int = 0
+    is_office: bool = True
+    is_ephemeral: bool = False
+    archived_at: datetime | None = None
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    @property
+    def archived(self) -> bool:
+        return self.archived_at is not None
+
+
+class Event(BaseModel):
+    """A row of ``office.events``, the transactional outbox (API.md §6)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    id: int
+    topic: str
+    task_id: str | None = None
+    payload: dict[str, Any] = Field(default_factory=dict)
+    created_at: datetime
+    processed_at: datetime | None = None
+    claimed_by: str | None = None
+    claimed_at: datetime | None = None
+    visible_at: datetime | None = None
+    deliveries: int = 0
+
+    @field_validator("payload", mode="before")
+    @classmethod
+    def _decode_payload(cls, value: Any) -> Any:
+        return {} if value is None else _json_value(value)
