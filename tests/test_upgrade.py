@@ -65,9 +65,11 @@ def old_extension(empty_database: str) -> Iterator[Conn]:
         yield conn
 
 
-def test_the_current_version_is_0_2_0(db: Conn) -> None:
-    assert schema.current_version() == "0.2.0"
-    assert version(db) == ("0.2.0", "0.2.0")
+def test_the_current_version_is_0_3_0(db: Conn) -> None:
+    # 0.3.0 (tasks and the event outbox) followed 0.2.0; the steps below
+    # stop at 0.2.0 on purpose.
+    assert schema.current_version() == "0.3.0"
+    assert version(db) == ("0.3.0", "0.3.0")
 
 
 def test_0_1_0_has_no_entry_triggered_and_enqueues(old_extension: Conn) -> None:
@@ -96,7 +98,7 @@ def test_update_to_0_2_0_adds_the_column_and_the_exclusion(old_extension: Conn) 
     assert conn.execute("SELECT id FROM office.claim_run('w1')").fetchone() == (claimed,)
     _, legacy = enqueue(conn, "stage_pending", payload='{"old": 1}')
 
-    conn.execute("ALTER EXTENSION office UPDATE")
+    conn.execute("ALTER EXTENSION office UPDATE TO '0.2.0'")
     assert version(conn) == ("0.2.0", "0.2.0")
     column = conn.execute(
         "SELECT is_nullable, column_default FROM information_schema.columns"
@@ -163,7 +165,7 @@ def test_the_yoyo_path_goes_through_0_1_0_to_0_2_0(empty_database: str) -> None:
         assert not has_column(conn)
         conn.execute("SELECT office.upsert_agent('a1', 'w1')")
         _, legacy = enqueue(conn, "stage_pending")
-    second = migrate(empty_database)
+    second = migrate(empty_database, target="0002.office-0.2.0")
     assert (second.applied, second.version) == (["0002.office-0.2.0"], "0.2.0")
     with psycopg.connect(empty_database, autocommit=True) as conn:
         conn.execute("SET office.coalesce_window = '1 hour'")
