@@ -1,17 +1,17 @@
 """Rebuild sql/released/office--0.1.0.sql and sql/upgrades/office--0.1.0--0.2.0.sql
 from the current capability files:  python3 sql/released/freeze-0.1.0.py
 
-0.1.0 is "everything in the capability files, minus the entry_triggered
-delta of 0.2.0" (runs.entry_triggered, enqueue_run's entry_triggered
+0.1.0 is "the capability files of 0.2.0 (files-0.2.0.txt), minus the
+entry_triggered delta of 0.2.0" (runs.entry_triggered, enqueue_run's entry_triggered
 parameter and logic, enqueue_runs' entry_triggered key, schema_version
 '0.1.0'); the upgrade step carries that delta, with the 0.2.0 definitions
 copied verbatim from 30_runs.sql.
 
-While 0.2.0 is current, any other change to a capability file would also have
-to be written into the upgrade step (tests/test_install_paths.py compares a
-fresh install with an upgraded one). As long as 0.1.0 has been installed
-nowhere but in tests, re-running this script is the simpler way to keep the
-two in step. Every replacement below is asserted, so a change to the 0.2.0
+A change to one of those files would otherwise have to be written into the
+upgrade steps by hand (tests/test_install_paths.py compares a fresh install
+with an upgraded one). As long as 0.1.0 and 0.2.0 have been installed nowhere
+but in tests, re-running this script and then freeze-0.2.0.py is the simpler
+way to keep them in step. Every replacement below is asserted, so a change to the 0.2.0
 delta that this script does not know makes it fail loudly instead of
 producing a wrong 0.1.0.
 """
@@ -37,7 +37,15 @@ def function_block(text: str, signature_start: str, comment_sig: str) -> str:
 
 
 runs = (SQL / "30_runs.sql").read_text()
-schema = (SQL / "00_schema.sql").read_text()
+# 00_schema.sql as it reads in 0.2.0, whatever version is current now.
+schema = re.sub(
+    r"^    RETURN '[0-9.]+';$",
+    "    RETURN '0.2.0';",
+    (SQL / "00_schema.sql").read_text(),
+    count=1,
+    flags=re.M,
+)
+RELEASED_FILES = set((SQL / "released" / "files-0.2.0.txt").read_text().split())
 
 # ---- 0.1.0 variant of 30_runs.sql
 old = runs
@@ -130,8 +138,8 @@ old_schema = one(schema, "    RETURN '0.2.0';", "    RETURN '0.1.0';")
 
 parts = []
 for path in sorted(SQL.glob("[0-9][0-9]_*.sql")):
-    if path.name[:1] == "4":
-        continue  # tasks and events (40-49) arrive with 0.3.0
+    if path.name not in RELEASED_FILES:
+        continue  # arrived after 0.2.0
     if path.name == "30_runs.sql":
         parts.append(old)
     elif path.name == "00_schema.sql":

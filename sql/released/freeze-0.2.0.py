@@ -3,7 +3,7 @@ from the current capability files:  python3 sql/released/freeze-0.2.0.py
 
 0.3.0 adds new capability files only (tasks and the event outbox, then
 routines and wakeups, parent wakes) and changes none of 0.2.0's, so 0.2.0 is
-"the files of 0.2.0 (RELEASED_FILES), with schema_version '0.2.0'", and the
+"the files of 0.2.0 (files-0.2.0.txt), with schema_version '0.2.0'", and the
 upgrade step is every other capability file verbatim plus the new
 schema_version(). While 0.3.0 is current, re-running this script keeps the
 frozen 0.2.0 and the step in line with the capability files; a change to one
@@ -22,15 +22,9 @@ def one(text: str, old: str, new: str) -> str:
     return text.replace(old, new)
 
 
-RELEASED_FILES = {
-    "00_schema.sql",
-    "05_validation.sql",
-    "10_keys.sql",
-    "20_agents.sql",
-    "25_counters.sql",
-    "30_runs.sql",
-    "80_observability.sql",
-}
+# The capability files that make up 0.2.0 (and, less its entry_triggered
+# delta, 0.1.0: see freeze-0.1.0.py, which reads the same list).
+RELEASED_FILES = set((SQL / "released" / "files-0.2.0.txt").read_text().split())
 files = sorted(SQL.glob("[0-9][0-9]_*.sql"))
 assert RELEASED_FILES <= {path.name for path in files}
 added = [path for path in files if path.name not in RELEASED_FILES]
