@@ -513,6 +513,14 @@ GRANT EXECUTE ON FUNCTION office._count_keyless(text, text) TO office_admin;
 -- requests take a transaction-scoped advisory lock on their bucket before the
 -- coalesce lookup, so two of them never both insert into one bucket.
 -- Claims are fenced by attempt and serialised per agent without blocking.
+--
+-- Plans. A queue table is often empty when it is analyzed (a fresh install,
+-- a drained queue after pruning). PL/pgSQL caches a generic plan per
+-- statement, and against "0 rows" statistics that plan is a sequential scan,
+-- kept by every long-lived session until the next analyze: each lookup then
+-- reads the whole table, and enqueue slows down as the queue grows. Every
+-- statement of the hot-path functions below is a keyed lookup that an index
+-- serves, so they run with enable_seqscan = off (tests/test_runs_plans.py).
 
 CREATE TYPE office.enqueue_result AS (outcome text, dedup_kind text, run_id text);
 COMMENT ON TYPE office.enqueue_result IS
@@ -586,6 +594,7 @@ CREATE FUNCTION office.enqueue_run(agent_profile_id text, reason text, payload j
     RETURNS office.enqueue_result
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
+    SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -842,6 +851,7 @@ CREATE FUNCTION office.claim_run(worker_id text DEFAULT NULL, agent_profile_id t
     RETURNS SETOF office.runs
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
+    SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -916,6 +926,7 @@ GRANT EXECUTE ON FUNCTION office.claim_run(text, text) TO office_worker, office_
 CREATE FUNCTION office.finish_run(run_id text, attempt int) RETURNS boolean
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
+    SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 BEGIN
@@ -933,6 +944,7 @@ GRANT EXECUTE ON FUNCTION office.finish_run(text, int) TO office_worker, office_
 CREATE FUNCTION office.fail_run(run_id text, attempt int, error_message text) RETURNS boolean
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
+    SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 BEGIN
@@ -951,6 +963,7 @@ GRANT EXECUTE ON FUNCTION office.fail_run(text, int, text) TO office_worker, off
 CREATE FUNCTION office.retry_run(run_id text, attempt int, delay interval) RETURNS boolean
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
+    SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 BEGIN
@@ -974,6 +987,7 @@ GRANT EXECUTE ON FUNCTION office.retry_run(text, int, interval) TO office_worker
 CREATE FUNCTION office.cancel_run(run_id text, reason text) RETURNS boolean
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
+    SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 BEGIN

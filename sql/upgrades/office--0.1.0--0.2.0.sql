@@ -22,6 +22,7 @@ CREATE FUNCTION office.enqueue_run(agent_profile_id text, reason text, payload j
     RETURNS office.enqueue_result
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
+    SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
