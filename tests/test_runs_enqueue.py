@@ -776,6 +776,17 @@ def test_no_notify_when_the_transaction_rolls_back(db: Conn, dsn: str, agent: st
     assert note.payload == kept
 
 
+def test_notify_can_be_turned_off(db: Conn, dsn: str, agent: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute("LISTEN office_runs")
+        db.execute("SET office.notify = off")
+        enqueue(db, agent, "silent")
+        db.execute("RESET office.notify")
+        _, _, loud = enqueue(db, agent, "loud")
+        note = next(listener.notifies(timeout=30))
+    assert note.payload == loud
+
+
 # ---------------------------------------------------------------------------
 # Roles
 

@@ -733,7 +733,13 @@ BEGIN
         ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
         RETURNING id INTO v_id;
         IF v_id IS NOT NULL THEN
-            PERFORM pg_notify('office_runs', v_id);
+            -- NOTIFY takes a cluster-wide lock at commit and holds it through
+            -- the WAL flush, so notifying producers commit one at a time
+            -- (docs/benchmarks.md). Fleets whose workers poll claim_run can
+            -- turn it off per database, role or session: office.notify = off.
+            IF current_setting('office.notify', true) IS DISTINCT FROM 'off' THEN
+                PERFORM pg_notify('office_runs', v_id);
+            END IF;
             v_result := ('queued', NULL, v_id);
             RETURN v_result;
         END IF;
