@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -23,7 +23,10 @@ from controlplane.client import (
     CANCEL_RUN,
     CHILD_GENERATION,
     CHILD_SET_KEY,
+    CLAIM_ROUTINE_TICK,
+    CLOSE_ROUTINE_RUN,
     FAIL_RUN,
+    FAIL_WAKEUP,
     FINISH_RUN,
     IS_TASK_TERMINAL,
     MOVE_TASK,
@@ -33,6 +36,7 @@ from controlplane.client import (
     RESET_SESSION,
     RETRY_RUN,
     SET_AGENT_STATUS,
+    SYNC_ROUTINE_RUN_STATUS,
     TASK_TERMINAL_STATUS,
     UPSERT_AGENT,
     Call,
@@ -55,6 +59,17 @@ from controlplane.models import (
     Run,
 )
 from controlplane.observability import Reporter
+from controlplane.routines import (
+    CatchUpPolicy,
+    ConcurrencyPolicy,
+    DispatchRoutineResult,
+    Routine,
+    RoutineSource,
+    RoutineTerminal,
+    RoutineTrigger,
+    WakeupDispatchResult,
+    WakeupResult,
+)
 from controlplane.tasks import (
     ActorType,
     AssignResult,
@@ -366,6 +381,129 @@ class AsyncOffice:
     async def ack_events(self, ids: Iterable[int]) -> int:
         """``office.ack_events``: how many of ``ids`` were acknowledged now."""
         return await self._run(self._ops.ack_events(ids))
+
+    # routines and wakeups ---------------------------------------------------
+
+    async def create_routine(
+        self,
+        workspace_id: str,
+        name: str,
+        task_template: Mapping[str, Any] | None = None,
+        assignee_agent_profile_id: str | None = None,
+        concurrency_policy: ConcurrencyPolicy | str = ConcurrencyPolicy.SKIP_IF_ACTIVE,
+        variables: Mapping[str, Any] | None = None,
+        id: str | None = None,
+        catch_up_policy: CatchUpPolicy | str = CatchUpPolicy.ENQUEUE_MISSED_WITH_CAP,
+        catch_up_max: int = 25,
+    ) -> Routine:
+        """``office.create_routine``: a template with a title makes it heavy
+        (fires create tasks), else lightweight (fires wake the assignee);
+        ``variables`` declares ``{name: {"default": value}}``."""
+        return await self._run(
+            self._ops.create_routine(
+                workspace_id,
+                name,
+                task_template,
+                assignee_agent_profile_id,
+                concurrency_policy,
+                variables,
+                id,
+                catch_up_policy,
+                catch_up_max,
+            )
+        )
+
+    async def add_routine_trigger(
+        self,
+        routine_id: str,
+        cron_expression: str,
+        timezone: str = "UTC",
+        next_run_at: datetime | None = None,
+        id: str | None = None,
+    ) -> RoutineTrigger:
+        """``office.add_routine_trigger``: a cron trigger (``next_run_at``
+        None: armed by the cron loop, see :func:`controlplane.routines.fire_due_async`)."""
+        return await self._run(
+            self._ops.add_routine_trigger(routine_id, cron_expression, timezone, next_run_at, id)
+        )
+
+    async def claim_routine_tick(
+        self,
+        trigger_id: str,
+        observed_next_run_at: datetime | None,
+        following_next_run_at: datetime,
+    ) -> bool:
+        """``office.claim_routine_tick``: the compare-and-swap on
+        ``next_run_at``; True for the one caller that won the tick."""
+        params = {
+            "trigger_id": trigger_id,
+            "observed_next_run_at": observed_next_run_at,
+            "following_next_run_at": following_next_run_at,
+        }
+        return await self._run(self._ops.changed(CLAIM_ROUTINE_TICK, params))
+
+    async def dispatch_routine(
+        self,
+        routine_id: str,
+        source: RoutineSource | str,
+        variables: Mapping[str, Any] | None = None,
+        trigger_id: str | None = None,
+        claimed_tick: datetime | None = None,
+        explicit_key: str | None = None,
+        missed_ticks: int | None = None,
+        missed_since: datetime | None = None,
+        missed_truncated: bool | None = None,
+    ) -> DispatchRoutineResult:
+        """``office.dispatch_routine``: one fire; skipped, coalesced and a
+        failed wakeup dispatch are statuses of the result, not errors."""
+        return await self._run(
+            self._ops.dispatch_routine(
+                routine_id,
+                source,
+                variables,
+                trigger_id,
+                claimed_tick,
+                explicit_key,
+                missed_ticks,
+                missed_since,
+                missed_truncated,
+            )
+        )
+
+    async def close_routine_run(self, routine_run_id: str, terminal: RoutineTerminal | str) -> bool:
+        """``office.close_routine_run``: the conditional close (only while
+        ``task_created``); True if this call closed the run."""
+        params = {"routine_run_id": routine_run_id, "terminal": str(terminal)}
+        return await self._run(self._ops.changed(CLOSE_ROUTINE_RUN, params))
+
+    async def sync_routine_run_status(self, task_id: str, terminal: RoutineTerminal | str) -> bool:
+        """``office.sync_routine_run_status``: closes the newest run linked to
+        the task ('' is a no-op)."""
+        params = {"task_id": task_id, "terminal": str(terminal)}
+        return await self._run(self._ops.changed(SYNC_ROUTINE_RUN_STATUS, params))
+
+    async def request_wakeup(
+        self,
+        agent_profile_id: str,
+        source: str,
+        reason: str = "",
+        payload: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> WakeupResult:
+        """``office.request_wakeup``: queued, or deduped (durable) on the key."""
+        return await self._run(
+            self._ops.request_wakeup(agent_profile_id, source, reason, payload, idempotency_key)
+        )
+
+    async def dispatch_wakeup(self, wakeup_request_id: str) -> WakeupDispatchResult:
+        """``office.dispatch_wakeup``: claimed, coalesced, skipped or noop;
+        an agent that does not accept runs is ``AgentNotAcceptingRuns``."""
+        return await self._run(self._ops.dispatch_wakeup(wakeup_request_id))
+
+    async def fail_wakeup(self, wakeup_request_id: str, reason: str) -> bool:
+        """``office.fail_wakeup``: only a queued request fails."""
+        params = {"wakeup_request_id": wakeup_request_id, "reason": reason}
+        return await self._run(self._ops.changed(FAIL_WAKEUP, params))
 
     # observability and raw statements ---------------------------------------
 

@@ -37,7 +37,7 @@ import logging
 import re
 from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -61,6 +61,21 @@ from controlplane.models import (
     Run,
 )
 from controlplane.observability import Reporter, report_missing_column
+from controlplane.routines import (
+    CatchUpPolicy,
+    ConcurrencyPolicy,
+    DispatchRoutineResult,
+    Routine,
+    RoutineSource,
+    RoutineTerminal,
+    RoutineTrigger,
+    WakeupDispatchResult,
+    WakeupOutcome,
+    WakeupResult,
+    log_dispatch_failure,
+    routine_run_counter,
+    wakeup_reason,
+)
 from controlplane.tasks import (
     ActorType,
     AssignResult,
@@ -223,6 +238,62 @@ CLAIM_EVENTS = Query(
 )
 
 ACK_EVENTS = Query("SELECT office.ack_events(ids => %(ids)s::bigint[]) AS count")
+
+CREATE_ROUTINE = Query(
+    "SELECT * FROM office.create_routine("
+    "workspace_id => %(workspace_id)s, name => %(name)s,"
+    " task_template => %(task_template)s::jsonb,"
+    " assignee_agent_profile_id => %(assignee_agent_profile_id)s,"
+    " concurrency_policy => %(concurrency_policy)s, variables => %(variables)s::jsonb,"
+    " id => %(id)s, catch_up_policy => %(catch_up_policy)s, catch_up_max => %(catch_up_max)s)"
+)
+
+ADD_ROUTINE_TRIGGER = Query(
+    "SELECT * FROM office.add_routine_trigger("
+    "routine_id => %(routine_id)s, cron_expression => %(cron_expression)s,"
+    " timezone => %(timezone)s, next_run_at => %(next_run_at)s, id => %(id)s)"
+)
+
+CLAIM_ROUTINE_TICK = Query(
+    "SELECT office.claim_routine_tick(trigger_id => %(trigger_id)s,"
+    " observed_next_run_at => %(observed_next_run_at)s,"
+    " following_next_run_at => %(following_next_run_at)s) AS changed"
+)
+
+DISPATCH_ROUTINE = Query(
+    "SELECT routine_run_id, status, linked_task_id, coalesced_into_run_id, wakeup_request_id,"
+    " wakeup_outcome, run_id, idempotency_key, error_message, workspace_id"
+    " FROM office.dispatch_routine("
+    "routine_id => %(routine_id)s, source => %(source)s, variables => %(variables)s::jsonb,"
+    " trigger_id => %(trigger_id)s, claimed_tick => %(claimed_tick)s,"
+    " explicit_key => %(explicit_key)s, missed_ticks => %(missed_ticks)s,"
+    " missed_since => %(missed_since)s, missed_truncated => %(missed_truncated)s)"
+)
+
+CLOSE_ROUTINE_RUN = Query(
+    "SELECT office.close_routine_run(routine_run_id => %(routine_run_id)s,"
+    " terminal => %(terminal)s) AS changed"
+)
+
+SYNC_ROUTINE_RUN_STATUS = Query(
+    "SELECT office.sync_routine_run_status(task_id => %(task_id)s,"
+    " terminal => %(terminal)s) AS changed"
+)
+
+REQUEST_WAKEUP = Query(
+    "SELECT outcome, dedup_kind, wakeup_request_id FROM office.request_wakeup("
+    "agent_profile_id => %(agent_profile_id)s, source => %(source)s, reason => %(reason)s,"
+    " payload => %(payload)s::jsonb, idempotency_key => %(idempotency_key)s)"
+)
+
+DISPATCH_WAKEUP = Query(
+    "SELECT status, run_id FROM office.dispatch_wakeup(wakeup_request_id => %(wakeup_request_id)s)"
+)
+
+FAIL_WAKEUP = Query(
+    "SELECT office.fail_wakeup(wakeup_request_id => %(wakeup_request_id)s,"
+    " reason => %(reason)s) AS changed"
+)
 
 # Who holds a key that a statement collided with (raw INSERT, older schema).
 FIND_RUN_BY_KEY = Query(
@@ -584,6 +655,131 @@ class Operations:
     def report_keyless(self, reason: str, cause: KeylessCause | str, detail: str | None) -> None:
         self.reporter.report_keyless(reason, cause, detail)
 
+    # routines and wakeups -----------------------------------------------------
+
+    def create_routine(
+        self,
+        workspace_id: str,
+        name: str,
+        task_template: Mapping[str, Any] | None,
+        assignee_agent_profile_id: str | None,
+        concurrency_policy: ConcurrencyPolicy | str,
+        variables: Mapping[str, Any] | None,
+        id: str | None,
+        catch_up_policy: CatchUpPolicy | str,
+        catch_up_max: int,
+    ) -> Flow[Routine]:
+        params = {
+            "workspace_id": workspace_id,
+            "name": name,
+            "task_template": json.dumps(dict(task_template or {})),
+            "assignee_agent_profile_id": assignee_agent_profile_id,
+            "concurrency_policy": str(concurrency_policy),
+            "variables": json.dumps(dict(variables or {})),
+            "id": id,
+            "catch_up_policy": str(catch_up_policy),
+            "catch_up_max": catch_up_max,
+        }
+        reply = yield Call(CREATE_ROUTINE, params)
+        return Routine.model_validate(reply.rows[0])
+
+    def add_routine_trigger(
+        self,
+        routine_id: str,
+        cron_expression: str,
+        timezone: str,
+        next_run_at: datetime | None,
+        id: str | None,
+    ) -> Flow[RoutineTrigger]:
+        params = {
+            "routine_id": routine_id,
+            "cron_expression": cron_expression,
+            "timezone": timezone,
+            "next_run_at": next_run_at,
+            "id": id,
+        }
+        reply = yield Call(ADD_ROUTINE_TRIGGER, params)
+        return RoutineTrigger.model_validate(reply.rows[0])
+
+    def dispatch_routine(
+        self,
+        routine_id: str,
+        source: RoutineSource | str,
+        variables: Mapping[str, Any] | None,
+        trigger_id: str | None,
+        claimed_tick: datetime | None,
+        explicit_key: str | None,
+        missed_ticks: int | None,
+        missed_since: datetime | None,
+        missed_truncated: bool | None,
+    ) -> Flow[DispatchRoutineResult]:
+        params = {
+            "routine_id": routine_id,
+            "source": str(source),
+            "variables": json.dumps(dict(variables or {})),
+            "trigger_id": trigger_id,
+            "claimed_tick": claimed_tick,
+            "explicit_key": explicit_key,
+            "missed_ticks": missed_ticks,
+            "missed_since": missed_since,
+            "missed_truncated": missed_truncated,
+        }
+        reply = yield Call(DISPATCH_ROUTINE, params)
+        result = DispatchRoutineResult.model_validate(reply.rows[0])
+        self.report_dispatch(routine_id, str(source), result)
+        return result
+
+    def report_dispatch(self, routine_id: str, source: str, result: DispatchRoutineResult) -> None:
+        """The disposition metric, the wakeup dedup or keyless report and the
+        failure log of one routine fire (the database has counted its own)."""
+        counter = routine_run_counter(self.reporter.metrics.registry)
+        counter.labels(
+            workspace=result.workspace_id or "", source=source, disposition=result.status.value
+        ).inc()
+        reason = wakeup_reason(source)
+        if result.wakeup_outcome is WakeupOutcome.DEDUPED:
+            self.reporter.report_dedup(
+                queue=DedupQueue.WAKEUP,
+                reason=reason,
+                kind=DedupKind.DURABLE,
+                key=result.idempotency_key,
+            )
+        if result.wakeup_request_id is not None and result.idempotency_key is None:
+            detail = "routine_cron_without_tick"
+            self.reporter.report_keyless(reason, KeylessCause.UNRESOLVED, detail)
+        log_dispatch_failure(routine_id, result)
+
+    def request_wakeup(
+        self,
+        agent_profile_id: str,
+        source: str,
+        reason: str,
+        payload: Mapping[str, Any] | None,
+        idempotency_key: str | None,
+    ) -> Flow[WakeupResult]:
+        params = {
+            "agent_profile_id": agent_profile_id,
+            "source": source,
+            "reason": reason,
+            "payload": json.dumps(dict(payload or {})),
+            "idempotency_key": idempotency_key,
+        }
+        reply = yield Call(REQUEST_WAKEUP, params)
+        result = WakeupResult.model_validate(reply.rows[0])
+        if result.outcome is WakeupOutcome.DEDUPED:
+            self.reporter.report_dedup(
+                queue=DedupQueue.WAKEUP,
+                reason=reason,
+                kind=DedupKind.DURABLE,
+                key=idempotency_key,
+                agent_profile_id=agent_profile_id,
+            )
+        return result
+
+    def dispatch_wakeup(self, wakeup_request_id: str) -> Flow[WakeupDispatchResult]:
+        reply = yield Call(DISPATCH_WAKEUP, {"wakeup_request_id": wakeup_request_id})
+        return WakeupDispatchResult.model_validate(reply.rows[0])
+
     # raw statements ---------------------------------------------------------
 
     def execute(self, sql: str, params: Mapping[str, Any] | None) -> Flow[ExecuteResult]:
@@ -852,6 +1048,129 @@ class Office:
     def ack_events(self, ids: Iterable[int]) -> int:
         """``office.ack_events``: how many of ``ids`` were acknowledged now."""
         return self._run(self._ops.ack_events(ids))
+
+    # routines and wakeups ---------------------------------------------------
+
+    def create_routine(
+        self,
+        workspace_id: str,
+        name: str,
+        task_template: Mapping[str, Any] | None = None,
+        assignee_agent_profile_id: str | None = None,
+        concurrency_policy: ConcurrencyPolicy | str = ConcurrencyPolicy.SKIP_IF_ACTIVE,
+        variables: Mapping[str, Any] | None = None,
+        id: str | None = None,
+        catch_up_policy: CatchUpPolicy | str = CatchUpPolicy.ENQUEUE_MISSED_WITH_CAP,
+        catch_up_max: int = 25,
+    ) -> Routine:
+        """``office.create_routine``: a template with a title makes it heavy
+        (fires create tasks), else lightweight (fires wake the assignee);
+        ``variables`` declares ``{name: {"default": value}}``."""
+        return self._run(
+            self._ops.create_routine(
+                workspace_id,
+                name,
+                task_template,
+                assignee_agent_profile_id,
+                concurrency_policy,
+                variables,
+                id,
+                catch_up_policy,
+                catch_up_max,
+            )
+        )
+
+    def add_routine_trigger(
+        self,
+        routine_id: str,
+        cron_expression: str,
+        timezone: str = "UTC",
+        next_run_at: datetime | None = None,
+        id: str | None = None,
+    ) -> RoutineTrigger:
+        """``office.add_routine_trigger``: a cron trigger (``next_run_at``
+        None: armed by the cron loop, see :func:`controlplane.routines.fire_due`)."""
+        return self._run(
+            self._ops.add_routine_trigger(routine_id, cron_expression, timezone, next_run_at, id)
+        )
+
+    def claim_routine_tick(
+        self,
+        trigger_id: str,
+        observed_next_run_at: datetime | None,
+        following_next_run_at: datetime,
+    ) -> bool:
+        """``office.claim_routine_tick``: the compare-and-swap on
+        ``next_run_at``; True for the one caller that won the tick."""
+        params = {
+            "trigger_id": trigger_id,
+            "observed_next_run_at": observed_next_run_at,
+            "following_next_run_at": following_next_run_at,
+        }
+        return self._run(self._ops.changed(CLAIM_ROUTINE_TICK, params))
+
+    def dispatch_routine(
+        self,
+        routine_id: str,
+        source: RoutineSource | str,
+        variables: Mapping[str, Any] | None = None,
+        trigger_id: str | None = None,
+        claimed_tick: datetime | None = None,
+        explicit_key: str | None = None,
+        missed_ticks: int | None = None,
+        missed_since: datetime | None = None,
+        missed_truncated: bool | None = None,
+    ) -> DispatchRoutineResult:
+        """``office.dispatch_routine``: one fire; skipped, coalesced and a
+        failed wakeup dispatch are statuses of the result, not errors."""
+        return self._run(
+            self._ops.dispatch_routine(
+                routine_id,
+                source,
+                variables,
+                trigger_id,
+                claimed_tick,
+                explicit_key,
+                missed_ticks,
+                missed_since,
+                missed_truncated,
+            )
+        )
+
+    def close_routine_run(self, routine_run_id: str, terminal: RoutineTerminal | str) -> bool:
+        """``office.close_routine_run``: the conditional close (only while
+        ``task_created``); True if this call closed the run."""
+        params = {"routine_run_id": routine_run_id, "terminal": str(terminal)}
+        return self._run(self._ops.changed(CLOSE_ROUTINE_RUN, params))
+
+    def sync_routine_run_status(self, task_id: str, terminal: RoutineTerminal | str) -> bool:
+        """``office.sync_routine_run_status``: closes the newest run linked to
+        the task ('' is a no-op)."""
+        params = {"task_id": task_id, "terminal": str(terminal)}
+        return self._run(self._ops.changed(SYNC_ROUTINE_RUN_STATUS, params))
+
+    def request_wakeup(
+        self,
+        agent_profile_id: str,
+        source: str,
+        reason: str = "",
+        payload: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> WakeupResult:
+        """``office.request_wakeup``: queued, or deduped (durable) on the key."""
+        return self._run(
+            self._ops.request_wakeup(agent_profile_id, source, reason, payload, idempotency_key)
+        )
+
+    def dispatch_wakeup(self, wakeup_request_id: str) -> WakeupDispatchResult:
+        """``office.dispatch_wakeup``: claimed, coalesced, skipped or noop;
+        an agent that does not accept runs is ``AgentNotAcceptingRuns``."""
+        return self._run(self._ops.dispatch_wakeup(wakeup_request_id))
+
+    def fail_wakeup(self, wakeup_request_id: str, reason: str) -> bool:
+        """``office.fail_wakeup``: only a queued request fails."""
+        params = {"wakeup_request_id": wakeup_request_id, "reason": reason}
+        return self._run(self._ops.changed(FAIL_WAKEUP, params))
 
     # observability and raw statements ---------------------------------------
 
