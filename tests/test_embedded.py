@@ -131,3 +131,19 @@ def test_server_errors_are_one_line_with_the_sqlstate(dsn: str) -> None:
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     assert "does not exist" in result.stderr
+
+
+def test_an_older_schema_is_upgraded_when_the_database_is_used(home: Path) -> None:
+    database = embedded.EmbeddedDatabase(home, port=_free_port())
+    url = database.ensure_running().url
+    oldest = schema.upgrade_steps()[0][0]
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DROP EXTENSION office")
+        conn.execute(f"CREATE EXTENSION office VERSION '{oldest}'")
+        assert conn.execute("SELECT office.schema_version()").fetchone() == (oldest,)
+
+    database.ensure_running()
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT office.schema_version()").fetchone() == (
+            schema.current_version(),
+        )
