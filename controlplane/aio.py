@@ -59,6 +59,7 @@ from controlplane.models import (
     Run,
 )
 from controlplane.observability import Reporter
+from controlplane.parent_wake import CHILDREN_COMPLETED, ReconcileResult, StuckParent
 from controlplane.routines import (
     CatchUpPolicy,
     ConcurrencyPolicy,
@@ -368,6 +369,30 @@ class AsyncOffice:
     async def child_generation(self, parent_task_id: str) -> str:
         params = {"parent_task_id": parent_task_id}
         return str(await self._run(self._ops.value(CHILD_GENERATION, params)))
+
+    # parent wakes -------------------------------------------------------------
+
+    async def list_stuck_parents(
+        self, max_rows: int = 5, reason: str = CHILDREN_COMPLETED
+    ) -> list[StuckParent]:
+        """``office.list_stuck_parents``: parents whose finished child wave
+        nobody delivered, ordered by id (every candidate condition applied
+        before the limit)."""
+        return await self._run(self._ops.list_stuck_parents(max_rows, reason))
+
+    async def reconcile_parent(
+        self, parent_task_id: str, child_set_key: str, newest_child_updated_at: str
+    ) -> ReconcileResult:
+        """``office.reconcile_parent``: wake one stuck parent with the edge
+        path's key and write its receipt, or decline (``skipped_reason``)."""
+        return await self._run(
+            self._ops.reconcile_parent(parent_task_id, child_set_key, newest_child_updated_at)
+        )
+
+    async def sweep_stuck_parents(self, max_rows: int = 5) -> list[ReconcileResult]:
+        """``office.sweep_stuck_parents``: one tick of the stuck-parent sweep
+        (counted: candidates, emitted, assignee_unresolved)."""
+        return await self._run(self._ops.sweep_stuck_parents(max_rows))
 
     # events -----------------------------------------------------------------
 

@@ -61,6 +61,7 @@ from controlplane.models import (
     Run,
 )
 from controlplane.observability import Reporter, report_missing_column
+from controlplane.parent_wake import CHILDREN_COMPLETED, ReconcileResult, StuckParent
 from controlplane.routines import (
     CatchUpPolicy,
     ConcurrencyPolicy,
@@ -230,6 +231,24 @@ CHILD_SET_KEY = Query("SELECT office.child_set_key(parent_task_id => %(parent_ta
 
 CHILD_GENERATION = Query(
     "SELECT office.child_generation(parent_task_id => %(parent_task_id)s) AS value"
+)
+
+LIST_STUCK_PARENTS = Query(
+    "SELECT parent_task_id, assignee_agent_profile_id, workflow_step_id, child_set_key,"
+    " newest_child_updated_at"
+    " FROM office.list_stuck_parents(max_rows => %(max_rows)s, reason => %(reason)s)"
+)
+
+RECONCILE_PARENT = Query(
+    "SELECT parent_task_id, delivered, operation_id, outcome, dedup_kind, run_id, skipped_reason"
+    " FROM office.reconcile_parent(parent_task_id => %(parent_task_id)s,"
+    " child_set_key => %(child_set_key)s,"
+    " newest_child_updated_at => %(newest_child_updated_at)s)"
+)
+
+SWEEP_STUCK_PARENTS = Query(
+    "SELECT parent_task_id, delivered, operation_id, outcome, dedup_kind, run_id, skipped_reason"
+    " FROM office.sweep_stuck_parents(max_rows => %(max_rows)s)"
 )
 
 CLAIM_EVENTS = Query(
@@ -655,6 +674,33 @@ class Operations:
     def report_keyless(self, reason: str, cause: KeylessCause | str, detail: str | None) -> None:
         self.reporter.report_keyless(reason, cause, detail)
 
+    # parent wakes -----------------------------------------------------------
+
+    def list_stuck_parents(self, max_rows: int, reason: str) -> Flow[list[StuckParent]]:
+        reply = yield Call(LIST_STUCK_PARENTS, {"max_rows": max_rows, "reason": reason})
+        return [StuckParent.model_validate(row) for row in reply.rows]
+
+    def reconcile_parent(
+        self, parent_task_id: str, child_set_key: str, newest_child_updated_at: str
+    ) -> Flow[ReconcileResult]:
+        params = {
+            "parent_task_id": parent_task_id,
+            "child_set_key": child_set_key,
+            "newest_child_updated_at": newest_child_updated_at,
+        }
+        reply = yield Call(RECONCILE_PARENT, params)
+        result = ReconcileResult.model_validate(reply.rows[0])
+        self.reporter.report_reconcile(result)
+        return result
+
+    def sweep_stuck_parents(self, max_rows: int) -> Flow[list[ReconcileResult]]:
+        reply = yield Call(SWEEP_STUCK_PARENTS, {"max_rows": max_rows})
+        results = [ReconcileResult.model_validate(row) for row in reply.rows]
+        for result in results:  # the statement has committed: so have the receipts
+            self.reporter.report_parent_candidate(result.parent_task_id)
+            self.reporter.report_reconcile(result)
+        return results
+
     # routines and wakeups -----------------------------------------------------
 
     def create_routine(
@@ -1035,6 +1081,30 @@ class Office:
     def child_generation(self, parent_task_id: str) -> str:
         params = {"parent_task_id": parent_task_id}
         return str(self._run(self._ops.value(CHILD_GENERATION, params)))
+
+    # parent wakes -------------------------------------------------------------
+
+    def list_stuck_parents(
+        self, max_rows: int = 5, reason: str = CHILDREN_COMPLETED
+    ) -> list[StuckParent]:
+        """``office.list_stuck_parents``: parents whose finished child wave
+        nobody delivered, ordered by id (every candidate condition applied
+        before the limit)."""
+        return self._run(self._ops.list_stuck_parents(max_rows, reason))
+
+    def reconcile_parent(
+        self, parent_task_id: str, child_set_key: str, newest_child_updated_at: str
+    ) -> ReconcileResult:
+        """``office.reconcile_parent``: wake one stuck parent with the edge
+        path's key and write its receipt, or decline (``skipped_reason``)."""
+        return self._run(
+            self._ops.reconcile_parent(parent_task_id, child_set_key, newest_child_updated_at)
+        )
+
+    def sweep_stuck_parents(self, max_rows: int = 5) -> list[ReconcileResult]:
+        """``office.sweep_stuck_parents``: one tick of the stuck-parent sweep
+        (counted: candidates, emitted, assignee_unresolved)."""
+        return self._run(self._ops.sweep_stuck_parents(max_rows))
 
     # events -----------------------------------------------------------------
 

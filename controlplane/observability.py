@@ -26,6 +26,17 @@ Logs on logger ``controlplane.dedup`` (message text exact, fields as
 
 A queued run is logged at INFO ``run queued`` (id, agent, reason) on logger
 ``controlplane.runs``. Nothing here ever logs at ERROR: a dedup is an outcome.
+
+Parent wakes (DOMAIN.md §4), plain counters, logs on ``controlplane.parent_wake``:
+
+* ``office_parent_wake_candidates_total`` - each stuck parent a sweep (or
+  ``list_stuck_parents``) handed over; DEBUG ``wake.metric.candidate`` -
+  parent_task_id;
+* ``office_parent_wake_emitted_total`` - a wake whose receipt committed; INFO
+  ``wake.metric.emitted`` - parent_task_id, operation_id;
+* ``office_parent_wake_assignee_unresolved_total`` - a reconcile declined
+  because the assignee is missing or does not accept runs; DEBUG
+  ``wake.metric.assignee_unresolved`` - parent_task_id, reason.
 """
 
 from __future__ import annotations
@@ -44,6 +55,7 @@ from controlplane.models import (
     KeylessCause,
     QueueOutcome,
 )
+from controlplane.parent_wake import ReconcileResult, SkippedReason
 
 DEDUP_LOGGER = "controlplane.dedup"
 RUNS_LOGGER = "controlplane.runs"
@@ -99,12 +111,92 @@ def metrics_for(registry: CollectorRegistry | None = None) -> DedupMetrics:
         return metrics
 
 
+# --- parent wakes (DOMAIN.md §4) ---------------------------------------------
+
+PARENT_WAKE_LOGGER = "controlplane.parent_wake"
+parent_wake_log = logging.getLogger(PARENT_WAKE_LOGGER)
+
+MSG_WAKE_CANDIDATE = "wake.metric.candidate"
+MSG_WAKE_EMITTED = "wake.metric.emitted"
+MSG_WAKE_ASSIGNEE_UNRESOLVED = "wake.metric.assignee_unresolved"
+
+
+class ParentWakeMetrics:
+    """The three parent-wake counters (no labels), registered in one registry."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.candidates = Counter(
+            "office_parent_wake_candidates_total",
+            "Stuck parents handed to the sweep (list_stuck_parents rows, sweep results).",
+            registry=registry,
+        )
+        self.emitted = Counter(
+            "office_parent_wake_emitted_total",
+            "Parent wakes whose receipt committed (queued, deduped or coalesced).",
+            registry=registry,
+        )
+        self.assignee_unresolved = Counter(
+            "office_parent_wake_assignee_unresolved_total",
+            "Parent wakes declined because the assignee is missing or does not accept runs.",
+            registry=registry,
+        )
+
+
+_parent_wake_metrics_by_registry: dict[int, ParentWakeMetrics] = {}
+
+
+def parent_wake_metrics_for(registry: CollectorRegistry | None = None) -> ParentWakeMetrics:
+    """The parent-wake counters of ``registry`` (default: the global one),
+    created on first use and shared by every client using it."""
+    target = REGISTRY if registry is None else registry
+    with _metrics_lock:
+        metrics = _parent_wake_metrics_by_registry.get(id(target))
+        if metrics is None or metrics.registry is not target:
+            metrics = ParentWakeMetrics(target)
+            _parent_wake_metrics_by_registry[id(target)] = metrics
+        return metrics
+
+
 class Reporter:
     """Counts and logs enqueue outcomes into one registry. Both clients own
     one and call :meth:`report_enqueue` after every enqueue."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.metrics = metrics_for(registry)
+
+    @property
+    def parent_wake(self) -> ParentWakeMetrics:
+        return parent_wake_metrics_for(self.metrics.registry)
+
+    def report_parent_candidate(self, parent_task_id: str) -> None:
+        """One stuck parent handed over for reconciling."""
+        self.parent_wake.candidates.inc()
+        if parent_wake_log.isEnabledFor(logging.DEBUG):
+            parent_wake_log.debug(MSG_WAKE_CANDIDATE, extra={"parent_task_id": parent_task_id})
+
+    def report_reconcile(self, result: ReconcileResult) -> None:
+        """A reconcile's outcome: emitted (its receipt committed with the
+        statement that returned it) or declined for the assignee."""
+        if result.delivered:
+            self.parent_wake.emitted.inc()
+            parent_wake_log.info(
+                MSG_WAKE_EMITTED,
+                extra={
+                    "parent_task_id": result.parent_task_id,
+                    "operation_id": result.operation_id,
+                },
+            )
+        elif result.skipped_reason is SkippedReason.ASSIGNEE_UNRESOLVED:
+            self.parent_wake.assignee_unresolved.inc()
+            if parent_wake_log.isEnabledFor(logging.DEBUG):
+                parent_wake_log.debug(
+                    MSG_WAKE_ASSIGNEE_UNRESOLVED,
+                    extra={
+                        "parent_task_id": result.parent_task_id,
+                        "reason": result.skipped_reason.value,
+                    },
+                )
 
     def report_enqueue(
         self,
