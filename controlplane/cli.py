@@ -4,70 +4,25 @@ Every command takes the database from ``--dsn`` / ``OFFICE_DSN``; without one
 it starts (or reuses) the embedded default database and says where it is.
 Errors are one line (with the SQLSTATE when the server gave one) unless
 ``--debug`` is set.
+
+The commands live in ``cli_*.py`` modules (shared helpers in
+``controlplane.cli_base``) and are registered on the group here.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, TypeVar
 
 import click
 import psycopg
-from rich.console import Console
 from rich.table import Table
 
-from controlplane import embedded, keys
-from controlplane.errors import OfficeError
-from controlplane.migrate import migrate as run_migrations
+from controlplane import keys
+from controlplane.cli_base import Context, one_line_errors, stdout
+from controlplane.cli_db import db, migrate
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-stdout = Console()
-stderr = Console(stderr=True)
-
-
-@dataclass
-class Context:
-    dsn: str | None
-    debug: bool
-
-    def database_url(self) -> str:
-        """The explicit DSN, or the embedded database (started if needed)."""
-        if self.dsn:
-            return self.dsn
-        status = embedded.EmbeddedDatabase().ensure_running()
-        stderr.print(
-            f"[dim]using the embedded PostgreSQL {status.server_version} at {status.url} "
-            f"(data: {status.data_dir})[/dim]"
-        )
-        return status.url
-
-
-def one_line_errors(func: F) -> F:
-    """Turn known failures into one clear line and exit status 1."""
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        ctx = click.get_current_context().find_object(Context)
-        try:
-            return func(*args, **kwargs)
-        except (OfficeError, embedded.EmbeddedError, psycopg.Error, ValueError, LookupError) as exc:
-            if ctx is not None and ctx.debug:
-                raise
-            raise click.ClickException(_describe(exc)) from None
-
-    return wrapper  # type: ignore[return-value]
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, psycopg.Error):
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return f"{first} (SQLSTATE {exc.sqlstate})" if exc.sqlstate else first
-    return str(exc)
+__all__ = ["Context", "main", "one_line_errors"]
 
 
 @click.group()
@@ -84,86 +39,8 @@ def main(ctx: click.Context, dsn: str | None, debug: bool) -> None:
     ctx.obj = Context(dsn=dsn, debug=debug)
 
 
-@main.command()
-@click.option("--target", help="Stop after this migration id (e.g. 0001.office-0.1.0).")
-@click.pass_obj
-@one_line_errors
-def migrate(obj: Context, target: str | None) -> None:
-    """Install or upgrade the office schema (yoyo migrations, or ALTER EXTENSION
-    UPDATE where office is installed as an extension)."""
-    result = run_migrations(obj.database_url(), target=target)
-    applied = ", ".join(result.applied) if result.applied else "nothing to apply"
-    stdout.print(f"office {result.version} via {result.path}: {applied}")
-
-
-@main.group()
-def db() -> None:
-    """The embedded default database."""
-
-
-@db.command("status")
-@one_line_errors
-def db_status() -> None:
-    """Show where the embedded database lives and whether it runs."""
-    status = embedded.EmbeddedDatabase().status()
-    table = Table(show_header=False, box=None)
-    table.add_row("state", "running" if status.running else "stopped")
-    table.add_row("url", status.url)
-    table.add_row("data", str(status.data_dir))
-    table.add_row("postgres", status.server_version)
-    stdout.print(table)
-
-
-@db.command("start")
-@click.option(
-    "--port", type=int, help="TCP port on 127.0.0.1 (default OFFICE_EMBEDDED_PORT or 54329)."
-)
-@click.option(
-    "--set",
-    "settings",
-    multiple=True,
-    metavar="NAME=VALUE",
-    help="A server setting for this start (repeatable), e.g. --set fsync=off.",
-)
-@one_line_errors
-def db_start(port: int | None, settings: tuple[str, ...]) -> None:
-    """Start the embedded database (initialising it and installing office first)."""
-    parsed = {}
-    for item in settings:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            raise ValueError(f"--set expects NAME=VALUE, got {item!r}")
-        parsed[name] = value
-    status = embedded.EmbeddedDatabase(port=port).ensure_running(parsed)
-    stdout.print(f"embedded PostgreSQL {status.server_version} running at {status.url}")
-
-
-@db.command("url")
-@one_line_errors
-def db_url() -> None:
-    """Print the embedded database's URL, starting it if needed."""
-    status = embedded.EmbeddedDatabase().ensure_running()
-    click.echo(status.url)
-
-
-@db.command("stop")
-@one_line_errors
-def db_stop() -> None:
-    """Stop the embedded database."""
-    stopped = embedded.EmbeddedDatabase().stop()
-    stdout.print("stopped" if stopped else "not running")
-
-
-@db.command("reset")
-@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
-@one_line_errors
-def db_reset(yes: bool) -> None:
-    """Stop the embedded database and delete all its data."""
-    database = embedded.EmbeddedDatabase()
-    if not yes:
-        click.confirm(f"delete {database.data_dir} and everything in it?", abort=True)
-    database.reset()
-    stdout.print(f"deleted {database.data_dir}")
+main.add_command(migrate)
+main.add_command(db)
 
 
 @main.command()

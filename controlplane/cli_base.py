@@ -1,0 +1,171 @@
+"""What every ``officectl`` command shares: the database the group was given,
+one-line errors, and output as rich tables or JSON.
+
+Command modules (``cli_*.py``) import from here; ``controlplane.cli`` puts
+them together under the ``officectl`` group.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from enum import Enum
+from typing import Any, TypeVar
+
+import click
+import psycopg
+from psycopg_pool import ConnectionPool
+from pydantic import BaseModel
+from rich.console import Console
+from rich.table import Table
+
+from controlplane import embedded
+from controlplane.client import Office
+from controlplane.errors import OfficeError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+stdout = Console()
+stderr = Console(stderr=True)
+
+#: Seconds to wait for the database before a command gives up.
+CONNECT_TIMEOUT = 10
+
+
+@dataclass
+class Context:
+    dsn: str | None
+    debug: bool
+
+    def database_url(self) -> str:
+        """The explicit DSN, or the embedded database (started if needed)."""
+        if self.dsn:
+            return self.dsn
+        status = embedded.EmbeddedDatabase().ensure_running()
+        stderr.print(
+            f"[dim]using the embedded PostgreSQL {status.server_version} at {status.url} "
+            f"(data: {status.data_dir})[/dim]"
+        )
+        return status.url
+
+
+def one_line_errors(func: F) -> F:
+    """Turn known failures into one clear line and exit status 1."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        ctx = click.get_current_context().find_object(Context)
+        try:
+            return func(*args, **kwargs)
+        except (OfficeError, embedded.EmbeddedError, psycopg.Error, ValueError, LookupError) as exc:
+            if ctx is not None and ctx.debug:
+                raise
+            raise click.ClickException(describe(exc)) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def describe(exc: BaseException) -> str:
+    """One line for an error: the server's first message line and its SQLSTATE."""
+    if isinstance(exc, psycopg.Error):
+        text = str(exc).strip()
+        first = text.splitlines()[0] if text else type(exc).__name__
+        return f"{first} (SQLSTATE {exc.sqlstate})" if exc.sqlstate else first
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+# --- the database -------------------------------------------------------------
+
+
+def connect(url: str) -> psycopg.Connection[Any]:
+    """An autocommit connection; a refused or unreachable server fails at once
+    with libpq's message (no pool waiting for a server that is not there)."""
+    return psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
+
+
+@contextmanager
+def open_office(url: str) -> Iterator[Office]:
+    """An :class:`Office` client on a one-connection pool, for one command."""
+    connect(url).close()  # fail fast, with a clear message, before the pool
+    pool: ConnectionPool[Any] = ConnectionPool(
+        url,
+        min_size=1,
+        max_size=1,
+        kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT},
+        timeout=CONNECT_TIMEOUT,
+        open=True,
+        name="officectl",
+    )
+    try:
+        yield Office(pool=pool)
+    finally:
+        pool.close()
+
+
+# --- output -----------------------------------------------------------------------
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+
+
+def jsonable(value: Any) -> Any:
+    """Plain JSON values: models as dicts, enums as their values, times as ISO text."""
+    if isinstance(value, BaseModel):
+        return jsonable(value.model_dump())
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    return value
+
+
+def print_json(value: Any) -> None:
+    """One JSON document on stdout (plain print: no wrapping, no markup)."""
+    click.echo(json.dumps(jsonable(value), sort_keys=False))
+
+
+def cell(value: Any) -> str:
+    """A table cell: '' for NULL, JSON for objects, ISO text for times."""
+    value = jsonable(value)
+    if value is None:
+        return ""
+    if isinstance(value, dict | list):
+        return json.dumps(value, sort_keys=True)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def print_table(
+    title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]], *, empty: str = ""
+) -> None:
+    """A rich table of ``rows`` (or the ``empty`` line when there are none)."""
+    if not rows and empty:
+        stdout.print(f"[dim]{empty}[/dim]")
+        return
+    table = Table(title=title, title_justify="left")
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(*(cell(v) for v in row))
+    stdout.print(table)
+
+
+def print_record(title: str | None, record: Mapping[str, Any]) -> None:
+    """One result row as a two-column table (field, value)."""
+    table = Table(title=title, title_justify="left", show_header=False)
+    table.add_column("field", style="bold")
+    table.add_column("value", overflow="fold")
+    for name, value in record.items():
+        table.add_row(name, cell(value))
+    stdout.print(table)
