@@ -13,8 +13,11 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 BIN=$ROOT/.venv/bin
 PG15_BIN=/usr/lib/postgresql/15/bin
-PG15_PORT=${OFFICE_TEST_PG15_PORT:-55415}
-PG18_PORT=${OFFICE_TEST_PG18_PORT:-55418}
+free_port() {  # a TCP port on 127.0.0.1 that nothing listens on right now
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+PG15_PORT=${OFFICE_TEST_PG15_PORT:-$(free_port)}
+PG18_PORT=${OFFICE_TEST_PG18_PORT:-$(free_port)}
 PG15_DIR=/dev/shm/office-test-pg15
 EMBEDDED_HOME=/dev/shm/office-test-pg18
 export OFFICE_HOME=$EMBEDDED_HOME
