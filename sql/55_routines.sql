@@ -608,6 +608,7 @@ AS $$
 DECLARE
     v_active   office.routine_runs;
     v_terminal text;
+    v_step     text;
     v_msg      text;
 BEGIN
     LOOP
@@ -625,6 +626,7 @@ BEGIN
         -- as failed. Else a terminal (or archived, or missing) task closes
         -- its run. Either way, look again: an older live run keeps gating.
         -- A failure to read or close fails closed: the run keeps gating.
+        v_step := 'check linked task terminal state';
         BEGIN
             IF v_active.linked_task_id = '' THEN
                 v_terminal := 'missing';
@@ -632,13 +634,14 @@ BEGIN
                 v_terminal := office.task_terminal_status(v_active.linked_task_id);
             END IF;
             IF v_terminal <> '' THEN
+                v_step := 'close out stale active run';
                 PERFORM office.close_routine_run(v_active.id, v_terminal);
                 CONTINUE;
             END IF;
         EXCEPTION WHEN OTHERS THEN
             GET STACKED DIAGNOSTICS v_msg = MESSAGE_TEXT;
-            RAISE WARNING 'check linked task terminal state: routine run % of routine % (task %): %',
-                v_active.id, _routine_gate.routine_id, v_active.linked_task_id, v_msg;
+            RAISE WARNING '%: routine run % of routine % (task %): %',
+                v_step, v_active.id, _routine_gate.routine_id, v_active.linked_task_id, v_msg;
         END;
         IF _routine_gate.policy = 'coalesce_if_active' THEN
             UPDATE office.routine_runs r

@@ -346,6 +346,29 @@ def test_45_a_failing_terminal_status_read_fails_closed(heavy: Conn) -> None:
     ), notices
 
 
+def test_45_a_failing_close_fails_closed_too(heavy: Conn) -> None:
+    first = fire(heavy)
+    move(heavy, first["linked_task_id"], "COMPLETED")
+    make_stale(heavy, first["routine_run_id"])
+    heavy.execute(
+        """
+        CREATE FUNCTION public.refuse_close() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN RAISE EXCEPTION 'routine_runs is read-only'; END $$;
+        CREATE TRIGGER refuse_close BEFORE UPDATE ON office.routine_runs FOR EACH ROW
+            WHEN (OLD.status = 'task_created') EXECUTE FUNCTION public.refuse_close();
+        """
+    )
+    notices: list[str] = []
+    heavy.add_notice_handler(
+        lambda diag: notices.append(f"{diag.severity}: {diag.message_primary}")
+    )
+    assert fire(heavy)["status"] == "skipped"
+    assert run(heavy, first["routine_run_id"])["status"] == "task_created"
+    assert any(
+        n.startswith("WARNING: close out stale active run") and "read-only" in n for n in notices
+    ), notices
+
+
 # --- scenarios 46-49: the conditional close and the sync -----------------------------------
 
 
