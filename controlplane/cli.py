@@ -18,7 +18,7 @@ import click
 import psycopg
 from rich.table import Table
 
-from controlplane import keys
+from controlplane import cli_doctor, cli_observe, cli_queue, keys
 from controlplane.cli_base import Context, one_line_errors, stdout
 from controlplane.cli_db import db, migrate
 
@@ -41,6 +41,8 @@ def main(ctx: click.Context, dsn: str | None, debug: bool) -> None:
 
 main.add_command(migrate)
 main.add_command(db)
+for _command in (*cli_queue.COMMANDS, *cli_observe.COMMANDS, *cli_doctor.COMMANDS):
+    main.add_command(_command)
 
 
 @main.command()
