@@ -1,4 +1,5 @@
-"""office 0.3.0: tasks, blockers, assignment generations, terminal effects and the event outbox."""
+"""office 0.3.0: tasks, blockers, assignment generations, terminal effects, the event
+outbox, routines and wakeup requests, parent wakes, and what the daemon needs."""
 
 from controlplane.migrate import upgrade_step
 
