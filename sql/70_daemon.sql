@@ -218,7 +218,7 @@ GRANT EXECUTE ON FUNCTION office.dispatch_queued_wakeups(int, interval) TO offic
 CREATE FUNCTION office.daemon_stats()
     RETURNS TABLE (pending_events bigint, oldest_pending_event_at timestamptz, outbox_lag_seconds double precision,
                    queued_wakeups bigint, due_triggers bigint, claimed_runs bigint,
-                   oldest_claimed_at timestamptz)
+                   oldest_claimed_at timestamptz, oldest_claim_age_seconds double precision)
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
 AS $$
@@ -228,7 +228,8 @@ AS $$
            (SELECT count(*) FROM office.routine_triggers t JOIN office.routines r ON r.id = t.routine_id
              WHERE t.enabled AND t.kind = 'cron' AND r.status = 'active'
                AND (t.next_run_at IS NULL OR t.next_run_at <= now())),
-           c.claimed, c.oldest
+           c.claimed, c.oldest,
+           coalesce(extract(epoch FROM now() - c.oldest)::double precision, 0)
       FROM (SELECT count(*) AS pending FROM office.events p WHERE p.processed_at IS NULL) e
       LEFT JOIN LATERAL (SELECT p.created_at FROM office.events p WHERE p.processed_at IS NULL
                           ORDER BY p.id LIMIT 1) o ON true
@@ -236,6 +237,6 @@ AS $$
                     FROM office.runs r WHERE r.status = 'claimed') c
 $$;
 COMMENT ON FUNCTION office.daemon_stats() IS
-    'Gauges of the control plane: unacknowledged events, when the oldest was written and its age in seconds (the outbox lag, 0 when none), queued wakeup requests, cron triggers due now, claimed runs and the oldest claim.';
+    'Gauges of the control plane: unacknowledged events, when the oldest was written and its age in seconds (the outbox lag, 0 when none), queued wakeup requests, cron triggers due now, claimed runs, the oldest claim and its age in seconds (0 when none).';
 REVOKE EXECUTE ON FUNCTION office.daemon_stats() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.daemon_stats() TO office_worker, office_reader, office_admin;

@@ -1,0 +1,217 @@
+"""``officectl run`` (the control-plane daemon) and ``officectl demo``."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+import click
+import psycopg
+
+from controlplane.cli_base import Context, one_line_errors
+from controlplane.daemon import LOOP_NAMES, Daemon, DaemonConfig, configure_logging, parse_duration
+
+__all__ = ["demo", "run"]
+
+log = logging.getLogger("controlplane.daemon")
+
+
+class Duration(click.ParamType[float]):
+    """Seconds, or a number with a unit: 500ms, 30s, 15m, 2h, 7d."""
+
+    name = "duration"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        try:
+            return parse_duration(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+DURATION = Duration()
+
+
+def _url(obj: Context, dsn: str | None) -> str:
+    return dsn if dsn else obj.database_url()
+
+
+def _check_office(url: str) -> None:
+    """Refuse to start on a reachable database without office; a database
+    that cannot be reached now is the daemon's to wait for."""
+    try:
+        with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
+            row = conn.execute("SELECT to_regproc('office.claim_events') IS NOT NULL").fetchone()
+    except psycopg.OperationalError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "unreachable"
+        log.warning("database not reachable yet (%s); starting anyway and retrying", first)
+        return
+    if not row or not row[0]:
+        raise click.ClickException(
+            "office is not installed in this database: run `officectl migrate` "
+            "(or CREATE EXTENSION office) first"
+        )
+
+
+@click.command()
+@click.option("--dsn", help="postgresql:// URL (overrides the group's --dsn / OFFICE_DSN).")
+@click.option(
+    "--metrics-port",
+    type=int,
+    envvar="OFFICE_METRICS_PORT",
+    help="Serve Prometheus metrics on this port (0: any free port; default: none).",
+)
+@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Metrics address.")
+@click.option(
+    "--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+    default="INFO",
+    show_default=True,
+)
+@click.option(
+    "--poll-interval",
+    type=DURATION,
+    default="1s",
+    show_default=True,
+    help="Idle poll of the event, wakeup and cron loops.",
+)
+@click.option("--event-batch", type=int, default=100, show_default=True)
+@click.option(
+    "--event-visibility",
+    type=DURATION,
+    default="30s",
+    show_default=True,
+    help="How long claimed events stay hidden from other consumers.",
+)
+@click.option("--consumer", help="Outbox consumer name (default officectl-run@host:pid).")
+@click.option("--wakeup-batch", type=int, default=50, show_default=True)
+@click.option(
+    "--wakeup-min-age",
+    type=DURATION,
+    default="0s",
+    show_default=True,
+    help="Leave queued wakeups this long to their producer.",
+)
+@click.option("--cron-batch", type=int, default=100, show_default=True)
+@click.option("--sweep-interval", type=DURATION, default="30s", show_default=True)
+@click.option("--sweep-batch", type=int, default=5, show_default=True)
+@click.option("--recover-interval", type=DURATION, default="1m", show_default=True)
+@click.option(
+    "--stale-after",
+    type=DURATION,
+    default="15m",
+    show_default=True,
+    help="Return claims older than this to the queue (recover_stale_runs).",
+)
+@click.option("--prune-interval", type=DURATION, default="1h", show_default=True)
+@click.option(
+    "--retention",
+    type=DURATION,
+    default="7d",
+    show_default=True,
+    help="Delete finished runs and acknowledged events older than this (prune_runs).",
+)
+@click.option("--stats-interval", type=DURATION, default="5s", show_default=True)
+@click.option("--max-backoff", type=DURATION, default="30s", show_default=True)
+@click.option(
+    "--shutdown-timeout",
+    type=DURATION,
+    default="30s",
+    show_default=True,
+    help="How long to wait for the loops to finish on SIGTERM/SIGINT.",
+)
+@click.option(
+    "--disable",
+    "disabled",
+    multiple=True,
+    type=click.Choice(LOOP_NAMES),
+    help="Do not run this loop (repeatable).",
+)
+@click.pass_obj
+@one_line_errors
+def run(
+    obj: Context,
+    dsn: str | None,
+    metrics_port: int | None,
+    metrics_host: str,
+    log_format: str,
+    log_level: str,
+    poll_interval: float,
+    event_batch: int,
+    event_visibility: float,
+    consumer: str | None,
+    wakeup_batch: int,
+    wakeup_min_age: float,
+    cron_batch: int,
+    sweep_interval: float,
+    sweep_batch: int,
+    recover_interval: float,
+    stale_after: float,
+    prune_interval: float,
+    retention: float,
+    stats_interval: float,
+    max_backoff: float,
+    shutdown_timeout: float,
+    disabled: tuple[str, ...],
+) -> None:
+    """Run the control plane: the event subscriber, wakeup dispatch, routine
+    cron, the stuck-parent sweep, stale-claim recovery and pruning, until
+    SIGTERM or SIGINT. Any number may run against one database."""
+    configure_logging(log_format, "DEBUG" if obj.debug else log_level.upper())
+    url = _url(obj, dsn)
+    settings: dict[str, Any] = {}
+    if consumer:
+        settings["consumer"] = consumer
+    config = DaemonConfig(
+        dsn=url,
+        poll_interval=poll_interval,
+        event_batch=event_batch,
+        event_visibility=event_visibility,
+        wakeup_batch=wakeup_batch,
+        wakeup_min_age=wakeup_min_age,
+        cron_batch=cron_batch,
+        sweep_interval=sweep_interval,
+        sweep_batch=sweep_batch,
+        recover_interval=recover_interval,
+        stale_after=stale_after,
+        prune_interval=prune_interval,
+        retention=retention,
+        stats_interval=stats_interval,
+        max_backoff=max_backoff,
+        metrics_port=metrics_port,
+        metrics_host=metrics_host,
+        disabled=frozenset(disabled),
+        shutdown_timeout=shutdown_timeout,
+        **settings,
+    )
+    _check_office(url)
+    sys.exit(Daemon(config).run_forever())
+
+
+@click.command()
+@click.option("--dsn", help="postgresql:// URL (overrides the group's --dsn / OFFICE_DSN).")
+@click.option(
+    "--seconds",
+    type=float,
+    default=15.0,
+    show_default=True,
+    help="How long the producers race.",
+)
+@click.option("--seed", type=int, default=None, help="Seed of the producers' choices.")
+@click.option("--json", "as_json", is_flag=True, help="Print a machine-readable report.")
+@click.pass_obj
+@one_line_errors
+def demo(obj: Context, dsn: str | None, seconds: float, seed: int | None, as_json: bool) -> None:
+    """Race producers, workers and the control plane against one database
+    for a few seconds, then show what was suppressed and check the
+    invariants (exit status 1 if one fails)."""
+    from controlplane.demo import run_demo
+
+    url = _url(obj, dsn)
+    report = run_demo(url, seconds=seconds, seed=seed, as_json=as_json, debug=obj.debug)
+    sys.exit(0 if report.ok else 1)

@@ -1,0 +1,174 @@
+"""The cron loop: fires routines at their ticks.
+
+Each iteration lists the due triggers (``office.due_routine_triggers``: not
+armed yet, or ``next_run_at`` passed, routines ``active``), plans each with
+:func:`controlplane.routines.plan_tick` - the next tick, and the catch-up
+policy of the routine after downtime (one fire standing for every missed
+tick: ``skip_missed`` says nothing about them, ``enqueue_missed_with_cap``
+carries ``missed_ticks``/``missed_since``/``missed_truncated``) - and then:
+
+* a trigger never armed is armed with its next tick (``claim_routine_tick``
+  from NULL), firing nothing; one whose ticks cannot be computed is re-armed
+  a day later;
+* a due tick is claimed and dispatched in one transaction
+  (``office.fire_routine_tick``: ``claim_routine_tick`` observed → following,
+  then ``dispatch_routine`` with the claimed tick). Of several daemons looking
+  at one tick exactly one wins the compare-and-swap; the others count it as
+  ``lost``. The claimed tick names the fire's wakeup key, so even a fire
+  delivered twice would be one wakeup.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from controlplane.daemon.loop import Loop, fetch
+from controlplane.models import DedupKind, DedupQueue, KeylessCause
+from controlplane.observability import Reporter
+from controlplane.routines import (
+    DispatchRoutineResult,
+    RoutineSource,
+    RoutineTrigger,
+    TickPlan,
+    WakeupOutcome,
+    log_dispatch_failure,
+    plan_tick,
+    routine_run_counter,
+    wakeup_reason,
+)
+
+__all__ = ["DUE_ROUTINE_TRIGGERS", "FIRE_ROUTINE_TICK", "CronLoop", "TickOutcome"]
+
+log = logging.getLogger("controlplane.daemon.cron")
+
+DUE_ROUTINE_TRIGGERS = (
+    "SELECT * FROM office.due_routine_triggers(at => %(at)s, max_rows => %(max_rows)s)"
+)
+FIRE_ROUTINE_TICK = """
+SELECT * FROM office.fire_routine_tick(
+    trigger_id => %(trigger_id)s, observed_next_run_at => %(observed)s,
+    following_next_run_at => %(following)s, missed_ticks => %(missed_ticks)s,
+    missed_since => %(missed_since)s, missed_truncated => %(missed_truncated)s)
+"""
+
+
+class TickOutcome:
+    FIRED = "fired"
+    LOST = "lost"
+    ARMED = "armed"
+    REARMED = "rearmed"
+    ERROR = "error"
+
+
+class CronLoop(Loop):
+    name = "cron"
+
+    def __init__(
+        self, *args: Any, batch: int, registry: CollectorRegistry | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.batch = batch
+        self.reporter = Reporter(registry)
+        #: How many fires this loop won.
+        self.fired = 0
+
+    def iterate(self) -> bool:
+        now = datetime.now(UTC)
+        rows = fetch(self.office, DUE_ROUTINE_TRIGGERS, {"at": now, "max_rows": self.batch})
+        for row in rows:
+            if self.stop.is_set():
+                return False
+            trigger = RoutineTrigger(
+                id=row["trigger_id"],
+                routine_id=row["routine_id"],
+                cron_expression=row["cron_expression"],
+                timezone=row["timezone"],
+                next_run_at=row["next_run_at"],
+                last_fired_at=row["last_fired_at"],
+                enabled=row["enabled"],
+            )
+            plan = plan_tick(trigger, now, row["catch_up_policy"], row["catch_up_max"])
+            if plan is not None:
+                self.step(trigger, plan)
+        return len(rows) >= self.batch
+
+    def step(self, trigger: RoutineTrigger, plan: TickPlan) -> str:
+        """Arm, re-arm, or claim-and-fire one trigger; returns the outcome."""
+        if plan.fire is None:
+            won = self.office.claim_routine_tick(trigger.id, plan.observed, plan.following)
+            outcome = TickOutcome.ARMED if plan.action == "arm" else TickOutcome.REARMED
+            if not won:
+                outcome = TickOutcome.LOST
+            self.metrics.ticks.labels(outcome=outcome).inc()
+            return outcome
+        fire = plan.fire
+        params = {
+            "trigger_id": trigger.id,
+            "observed": plan.observed,
+            "following": plan.following,
+            "missed_ticks": fire.missed_ticks,
+            "missed_since": fire.missed_since,
+            "missed_truncated": fire.missed_truncated,
+        }
+        row = fetch(self.office, FIRE_ROUTINE_TICK, params)[0]
+        if not row["claimed"]:
+            self.metrics.ticks.labels(outcome=TickOutcome.LOST).inc()
+            return TickOutcome.LOST
+        if row["routine_run_id"] is None:
+            self.metrics.ticks.labels(outcome=TickOutcome.ERROR).inc()
+            routine_run_counter(self.reporter.metrics.registry).labels(
+                workspace=row["workspace_id"] or "", source="cron", disposition="failed"
+            ).inc()
+            log.warning(
+                "routine tick dispatch failed; the tick is spent",
+                extra={
+                    "routine": trigger.routine_id,
+                    "trigger_id": trigger.id,
+                    "tick": fire.tick.isoformat(),
+                    "error": row["error_message"],
+                    "sqlstate": row["error_sqlstate"],
+                },
+            )
+            return TickOutcome.ERROR
+        result = DispatchRoutineResult.model_validate(
+            {k: v for k, v in row.items() if k not in ("claimed", "error_sqlstate")}
+        )
+        self.report(trigger.routine_id, result)
+        self.metrics.ticks.labels(outcome=TickOutcome.FIRED).inc()
+        self.fired += 1
+        log.info(
+            "routine fired",
+            extra={
+                "routine": trigger.routine_id,
+                "trigger_id": trigger.id,
+                "tick": fire.tick.isoformat(),
+                "status": result.status.value,
+                "missed_ticks": fire.missed_ticks,
+            },
+        )
+        return TickOutcome.FIRED
+
+    def report(self, routine_id: str, result: DispatchRoutineResult) -> None:
+        """What the clients report for a fire (``Office.dispatch_routine``):
+        the disposition counter, a wakeup dedup, a keyless wakeup, a failure log."""
+        source = RoutineSource.CRON.value
+        routine_run_counter(self.reporter.metrics.registry).labels(
+            workspace=result.workspace_id or "", source=source, disposition=result.status.value
+        ).inc()
+        reason = wakeup_reason(source)
+        if result.wakeup_outcome is WakeupOutcome.DEDUPED:
+            self.reporter.report_dedup(
+                queue=DedupQueue.WAKEUP,
+                reason=reason,
+                kind=DedupKind.DURABLE,
+                key=result.idempotency_key,
+            )
+        if result.wakeup_request_id is not None and result.idempotency_key is None:
+            self.reporter.report_keyless(
+                reason, KeylessCause.UNRESOLVED, "routine_cron_without_tick"
+            )
+        log_dispatch_failure(routine_id, result)

@@ -1,0 +1,205 @@
+"""One background loop of the daemon, run in its own thread.
+
+Each iteration is short and holds nothing across iterations (no transaction,
+no lock): an iteration is one or a few autocommit calls of the SQL API. A
+loop whose iteration found a full batch goes again at once; otherwise it
+sleeps its interval. A failing iteration is logged and the loop backs off
+(doubling, with jitter, up to ``max_backoff``); it never ends the process. A
+lost database connection is logged once by :class:`DatabaseHealth` (and its
+return once), whichever loop notices first.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from controlplane.client import Office
+from controlplane.daemon.metrics import DaemonMetrics
+from controlplane.errors import wrap_exceptions
+
+__all__ = ["DatabaseHealth", "Loop", "fetch", "is_connection_error"]
+
+log = logging.getLogger("controlplane.daemon")
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    """A lost or unreachable database (including a pool timeout and an
+    administrator shutdown of the server), as opposed to a failed statement."""
+    return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+
+
+def fetch(
+    office: Office, sql: str, params: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """Rows of one statement on a connection of ``office``'s pool, in its own
+    autocommit transaction, with the typed errors of the clients. (For the
+    daemon's own functions; they leave no session state behind.)"""
+    with office.pool.connection() as conn:
+        if not conn.autocommit:
+            conn.autocommit = True
+        with wrap_exceptions(), conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(sql, params)
+            return cur.fetchall() if cur.description is not None else []
+
+
+class DatabaseHealth:
+    """Whether the database answered the last call, shared by every loop:
+    logs the loss and the return of the connection once each."""
+
+    def __init__(self, metrics: DaemonMetrics) -> None:
+        self.metrics = metrics
+        self._lock = threading.Lock()
+        self._up: bool | None = None
+        self._down_since = 0.0
+
+    @property
+    def up(self) -> bool:
+        return bool(self._up)
+
+    def ok(self) -> None:
+        with self._lock:
+            was = self._up
+            self._up = True
+        self.metrics.database_up.set(1)
+        if was is False:
+            log.warning(
+                "database connection restored after %.1f s",
+                time.monotonic() - self._down_since,
+                extra={"event": "database_restored"},
+            )
+
+    def lost(self, loop: str, exc: BaseException, retry_in: float) -> None:
+        with self._lock:
+            was = self._up
+            self._up = False
+            if was is not False:
+                self._down_since = time.monotonic()
+        self.metrics.database_up.set(0)
+        if was is not False:
+            log.warning(
+                "database connection lost (%s loop): %s; reconnecting with backoff",
+                loop,
+                _one_line(exc),
+                extra={"event": "database_lost", "loop": loop},
+            )
+        else:
+            log.info(
+                "database still unavailable (%s loop): %s; next try in %.1f s",
+                loop,
+                _one_line(exc),
+                retry_in,
+                extra={"event": "database_unavailable", "loop": loop},
+            )
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+class Loop(ABC):
+    """A named loop: :meth:`iterate` until :attr:`stop` is set."""
+
+    #: The loop's name (a label of its metrics).
+    name: str = "loop"
+
+    def __init__(
+        self,
+        office: Office,
+        *,
+        interval: float,
+        metrics: DaemonMetrics,
+        health: DatabaseHealth,
+        stop: threading.Event,
+        max_backoff: float = 30.0,
+    ) -> None:
+        self.office = office
+        self.interval = interval
+        self.metrics = metrics
+        self.health = health
+        self.stop = stop
+        self.max_backoff = max(max_backoff, min(interval, 1.0))
+        self.iterations = 0
+        self.failures = 0
+        self._thread: threading.Thread | None = None
+
+    @abstractmethod
+    def iterate(self) -> bool:
+        """One iteration; True when more work is waiting (go again at once)."""
+
+    # --- running ---------------------------------------------------------------
+
+    def start(self) -> threading.Thread:
+        thread = threading.Thread(target=self.run, name=f"office-{self.name}", daemon=True)
+        self._thread = thread
+        thread.start()
+        return thread
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the thread; True when it has ended."""
+        if self._thread is None:
+            return True
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def run(self) -> None:
+        """The loop: iterate, time it, sleep or back off; returns once
+        :attr:`stop` is set (after the iteration in progress)."""
+        streak = 0
+        log.debug("%s loop started (every %.3g s)", self.name, self.interval)
+        while not self.stop.is_set():
+            started = time.perf_counter()
+            try:
+                more = self.iterate()
+            except Exception as exc:
+                self.metrics.loop_seconds.labels(loop=self.name).observe(
+                    time.perf_counter() - started
+                )
+                self.metrics.loop_errors.labels(loop=self.name).inc()
+                self.failures += 1
+                streak += 1
+                delay = self.backoff(streak)
+                if is_connection_error(exc):
+                    self.health.lost(self.name, exc, delay)
+                else:
+                    log.error(
+                        "%s loop iteration failed: %s; retrying in %.1f s",
+                        self.name,
+                        _one_line(exc),
+                        delay,
+                        exc_info=log.isEnabledFor(logging.DEBUG),
+                        extra={"loop": self.name, "error": type(exc).__name__},
+                    )
+                self.stop.wait(delay)
+                continue
+            self.metrics.loop_seconds.labels(loop=self.name).observe(time.perf_counter() - started)
+            self.metrics.loop_last_success.labels(loop=self.name).set(time.time())
+            self.iterations += 1
+            self.health.ok()
+            if streak:
+                log.info(
+                    "%s loop recovered after %d failed iterations",
+                    self.name,
+                    streak,
+                    extra={"loop": self.name},
+                )
+                streak = 0
+            if not more:
+                self.stop.wait(self.interval)
+        log.debug("%s loop stopped", self.name)
+
+    def backoff(self, streak: int) -> float:
+        """Seconds to wait after the ``streak``-th failure in a row: doubling
+        from ``min(interval, 1 s)``, at most ``max_backoff``, ±20 % jitter."""
+        base = max(0.05, min(self.interval, 1.0))
+        delay = min(self.max_backoff, base * 2 ** min(streak - 1, 30))
+        return float(delay * random.uniform(0.8, 1.2))

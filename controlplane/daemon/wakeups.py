@@ -1,0 +1,54 @@
+"""The wakeup loop: dispatches queued wakeup requests that nobody dispatched
+(``office.dispatch_queued_wakeups``: ``dispatch_wakeup`` for each, oldest
+first, in one short transaction, skipping requests another dispatcher holds).
+
+Requests of an agent that does not accept runs wait until it does; a request
+whose agent is gone is failed. Dispatching twice is harmless: the second
+dispatch of a request is a ``noop``.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+from controlplane.daemon.loop import Loop, fetch
+
+__all__ = ["DISPATCH_QUEUED_WAKEUPS", "WakeupLoop"]
+
+log = logging.getLogger("controlplane.daemon.wakeups")
+
+DISPATCH_QUEUED_WAKEUPS = (
+    "SELECT * FROM office.dispatch_queued_wakeups(max_rows => %(max_rows)s, min_age => %(min_age)s)"
+)
+
+
+class WakeupLoop(Loop):
+    name = "wakeups"
+
+    def __init__(self, *args: Any, batch: int, min_age: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.batch = batch
+        self.min_age = timedelta(seconds=min_age)
+
+    def iterate(self) -> bool:
+        rows = fetch(
+            self.office, DISPATCH_QUEUED_WAKEUPS, {"max_rows": self.batch, "min_age": self.min_age}
+        )
+        progressed = False
+        for row in rows:
+            self.metrics.wakeups.labels(status=row["status"]).inc()
+            if row["error_message"]:
+                log.warning(
+                    "dispatch wakeup request: %s",
+                    row["error_message"],
+                    extra={
+                        "wakeup_id": row["wakeup_request_id"],
+                        "agent_profile_id": row["agent_profile_id"],
+                        "status": row["status"],
+                    },
+                )
+            if row["status"] != "queued":
+                progressed = True
+        return len(rows) >= self.batch and progressed
