@@ -148,19 +148,6 @@ COMMENT ON VIEW office._parent_wake_stuck IS
 
 -- --- marks -----------------------------------------------------------------------
 
--- Internal: mark a parent for the sweep's next look.
-CREATE FUNCTION office._mark_parent(parent_task_id text) RETURNS void
-    LANGUAGE sql VOLATILE SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-    INSERT INTO office.parent_wake_marks (parent_task_id)
-    SELECT _mark_parent.parent_task_id WHERE _mark_parent.parent_task_id IS NOT NULL;
-END;
-COMMENT ON FUNCTION office._mark_parent(text) IS
-    'Internal: adds a mark for the parent (NULL: nothing), so the stuck-parent sweep looks at it again.';
-REVOKE EXECUTE ON FUNCTION office._mark_parent(text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION office._mark_parent(text) TO office_admin;
-
 -- Trigger on office.tasks (the WHEN clauses of the triggers below keep the
 -- function away from writes that cannot create a candidate, such as progress
 -- on an open child: that parent has an open child).
@@ -171,22 +158,22 @@ CREATE FUNCTION office._tasks_parent_wake_mark() RETURNS trigger
 AS $$
 BEGIN
     IF TG_OP = 'INSERT' THEN
-        -- A live child created COMPLETED or CANCELLED.
-        PERFORM office._mark_parent(NEW.parent_id);
+        -- A live child created COMPLETED or CANCELLED (the WHEN clause).
+        INSERT INTO office.parent_wake_marks (parent_task_id) VALUES (NEW.parent_id);
         RETURN NULL;
     ELSIF TG_OP = 'DELETE' THEN
-        PERFORM office._mark_parent(OLD.parent_id);
+        INSERT INTO office.parent_wake_marks (parent_task_id) VALUES (OLD.parent_id);
         RETURN NULL;
     END IF;
     -- As a child: the old parent lost a child; the new parent has a finished
     -- child written (its state, its generation), or one archived/unarchived.
-    IF OLD.parent_id IS DISTINCT FROM NEW.parent_id THEN
-        PERFORM office._mark_parent(OLD.parent_id);
+    IF OLD.parent_id IS NOT NULL AND OLD.parent_id IS DISTINCT FROM NEW.parent_id THEN
+        INSERT INTO office.parent_wake_marks (parent_task_id) VALUES (OLD.parent_id);
     END IF;
     IF NEW.parent_id IS NOT NULL
        AND ((NEW.archived_at IS NULL AND NEW.state IN ('COMPLETED', 'CANCELLED'))
             OR NEW.archived_at IS DISTINCT FROM OLD.archived_at) THEN
-        PERFORM office._mark_parent(NEW.parent_id);
+        INSERT INTO office.parent_wake_marks (parent_task_id) VALUES (NEW.parent_id);
     END IF;
     -- As a parent: it became eligible (reopened, unarchived, assigned, ...).
     IF (NEW.state, NEW.archived_at, NEW.is_office, NEW.is_ephemeral, NEW.assignee_agent_profile_id)
@@ -195,7 +182,7 @@ BEGIN
        AND NEW.archived_at IS NULL AND NEW.is_office AND NOT NEW.is_ephemeral
        AND NEW.state NOT IN ('COMPLETED', 'CANCELLED') AND NEW.assignee_agent_profile_id IS NOT NULL
        AND EXISTS (SELECT FROM office.tasks c WHERE c.parent_id = NEW.id) THEN
-        PERFORM office._mark_parent(NEW.id);
+        INSERT INTO office.parent_wake_marks (parent_task_id) VALUES (NEW.id);
     END IF;
     RETURN NULL;
 END
@@ -282,7 +269,8 @@ CREATE FUNCTION office._runs_parent_wake_mark() RETURNS trigger
 AS $$
 BEGIN
     IF TG_LEVEL = 'ROW' THEN
-        PERFORM office._mark_parent(OLD.task_id);
+        -- (the WHEN clause: a task_children_completed run of a task)
+        INSERT INTO office.parent_wake_marks (parent_task_id) VALUES (OLD.task_id);
         RETURN NULL;
     END IF;
     -- DELETE, per statement (prune_runs deletes many): the open parents only.
@@ -328,10 +316,10 @@ AS $$
 BEGIN
     IF coalesce(current_setting('office.parent_wake.writer', true), '') <> 'reconcile_parent' THEN
         IF TG_OP IN ('UPDATE', 'DELETE') THEN
-            PERFORM office._mark_parent(OLD.parent_task_id);
+            INSERT INTO office.parent_wake_marks (parent_task_id) VALUES (OLD.parent_task_id);
         END IF;
         IF TG_OP IN ('INSERT', 'UPDATE') AND NEW.parent_task_id IS DISTINCT FROM OLD.parent_task_id THEN
-            PERFORM office._mark_parent(NEW.parent_task_id);
+            INSERT INTO office.parent_wake_marks (parent_task_id) VALUES (NEW.parent_task_id);
         END IF;
     END IF;
     RETURN NULL;
