@@ -7,8 +7,9 @@ VENV        := .venv
 BIN         := $(VENV)/bin
 PG_CONFIG   ?= /usr/lib/postgresql/15/bin/pg_config
 # Debian packages the tests need: the PostgreSQL 15 server, and the client
-# package, which also ships PGXS and pg_isolation_regress.
-DEB_PACKAGES := postgresql-15 postgresql-client-15
+# package, which also ships PGXS and pg_isolation_regress; pg_cron for the
+# tested pg_cron example of docs/operations.md.
+DEB_PACKAGES := postgresql-15 postgresql-client-15 postgresql-15-cron
 
 .PHONY: help deps venv install demo test test-fast lint typecheck bench clean
 
