@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from rich.table import Table
 from controlplane import embedded
 from controlplane.client import Office
 from controlplane.errors import OfficeError
+from controlplane.observability import DEDUP_LOGGER
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -92,6 +94,12 @@ def connect(url: str) -> psycopg.Connection[Any]:
 def open_office(url: str) -> Iterator[Office]:
     """An :class:`Office` client on a one-connection pool, for one command."""
     connect(url).close()  # fail fast, with a clear message, before the pool
+    ctx = click.get_current_context(silent=True)
+    debug = ctx is not None and (obj := ctx.find_object(Context)) is not None and obj.debug
+    if not debug:
+        # The command prints every outcome itself; a durable dedup is one of
+        # them, not a warning for the operator who asked for it.
+        logging.getLogger(DEDUP_LOGGER).setLevel(logging.ERROR)
     pool: ConnectionPool[Any] = ConnectionPool(
         url,
         min_size=1,
