@@ -30,6 +30,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import platformdirs
 import psycopg
@@ -303,10 +304,18 @@ class EmbeddedDatabase:
         self._run([str(self.runtime / "bin" / "pg_ctl"), *args], what="pg_ctl")
 
     def _run(self, argv: list[str], what: str) -> None:
-        user = _server_user() if os.geteuid() == 0 else None
-        result = subprocess.run(
-            argv, capture_output=True, text=True, user=user, cwd="/", stdin=subprocess.DEVNULL
-        )
+        identity: dict[str, Any] = {}
+        if os.geteuid() == 0:
+            # The server user's own uid, gid and groups: keeping root's group
+            # would make root-group directories (mode 0701 /root) unreachable.
+            entry = pwd.getpwnam(_server_user())
+            identity = {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
+        try:
+            result = subprocess.run(
+                argv, capture_output=True, text=True, cwd="/", stdin=subprocess.DEVNULL, **identity
+            )
+        except OSError as exc:
+            raise EmbeddedError(f"{what} could not run for {self.data_dir}: {exc}") from None
         if result.returncode != 0:
             detail = (result.stderr or result.stdout).strip()
             raise EmbeddedError(f"{what} failed for {self.data_dir}: {detail}")

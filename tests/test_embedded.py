@@ -147,3 +147,24 @@ def test_an_older_schema_is_upgraded_when_the_database_is_used(home: Path) -> No
         assert conn.execute("SELECT office.schema_version()").fetchone() == (
             schema.current_version(),
         )
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the server user only exists when run as root")
+def test_a_home_inside_a_private_root_directory_works() -> None:
+    # Like /root/.local/share/office: the directories on the way are root's and
+    # closed to others. The server user must reach its data without root's
+    # group (a 0701 /root grants "others" search but its group nothing).
+    private = Path(f"/var/tmp/office-private-{os.getpid()}")
+    private.mkdir(mode=0o700)
+    private.chmod(0o700)
+    home = private / "share" / "office"
+    try:
+        status = embedded.EmbeddedDatabase(home, port=_free_port()).ensure_running()
+        with psycopg.connect(status.url) as conn:
+            assert conn.execute("SELECT office.schema_version()").fetchone() == (
+                schema.current_version(),
+            )
+        assert private.stat().st_mode & 0o777 == 0o701  # search only, nothing readable
+    finally:
+        embedded.EmbeddedDatabase(home).stop()
+        subprocess.run(["rm", "-rf", str(private)], check=False)
