@@ -21,12 +21,11 @@ carries ``missed_ticks``/``missed_since``/``missed_truncated``) - and then:
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from controlplane.daemon.loop import Loop, fetch
+from controlplane.daemon.loop import Loop, fetch, is_connection_error
 from controlplane.models import DedupKind, DedupQueue, KeylessCause
 from controlplane.observability import Reporter
 from controlplane.routines import (
@@ -45,8 +44,10 @@ __all__ = ["DUE_ROUTINE_TRIGGERS", "FIRE_ROUTINE_TICK", "CronLoop", "TickOutcome
 
 log = logging.getLogger("controlplane.daemon.cron")
 
+# The database's clock decides what is due (one clock for every daemon): the
+# scan's default ``at`` is the transaction's now(), returned with each row.
 DUE_ROUTINE_TRIGGERS = (
-    "SELECT * FROM office.due_routine_triggers(at => %(at)s, max_rows => %(max_rows)s)"
+    "SELECT now() AS at, t.* FROM office.due_routine_triggers(max_rows => %(max_rows)s) t"
 )
 FIRE_ROUTINE_TICK = """
 SELECT * FROM office.fire_routine_tick(
@@ -77,8 +78,8 @@ class CronLoop(Loop):
         self.fired = 0
 
     def iterate(self) -> bool:
-        now = datetime.now(UTC)
-        rows = fetch(self.office, DUE_ROUTINE_TRIGGERS, {"at": now, "max_rows": self.batch})
+        rows = fetch(self.office, DUE_ROUTINE_TRIGGERS, {"max_rows": self.batch})
+        failed = 0
         for row in rows:
             if self.stop.is_set():
                 return False
@@ -91,10 +92,23 @@ class CronLoop(Loop):
                 last_fired_at=row["last_fired_at"],
                 enabled=row["enabled"],
             )
-            plan = plan_tick(trigger, now, row["catch_up_policy"], row["catch_up_max"])
-            if plan is not None:
-                self.step(trigger, plan)
-        return len(rows) >= self.batch
+            try:
+                plan = plan_tick(trigger, row["at"], row["catch_up_policy"], row["catch_up_max"])
+                if plan is not None:
+                    self.step(trigger, plan)
+            except Exception as exc:
+                if is_connection_error(exc):
+                    raise
+                # One trigger's trouble (say, deleted since the scan) must not
+                # hold up the others; it is looked at again next iteration.
+                failed += 1
+                self.metrics.ticks.labels(outcome=TickOutcome.ERROR).inc()
+                log.warning(
+                    "cron trigger step failed: %s",
+                    exc,
+                    extra={"trigger_id": trigger.id, "routine": trigger.routine_id},
+                )
+        return len(rows) >= self.batch and failed < len(rows)
 
     def step(self, trigger: RoutineTrigger, plan: TickPlan) -> str:
         """Arm, re-arm, or claim-and-fire one trigger; returns the outcome."""
