@@ -202,34 +202,43 @@ def assignment_dedups(db: psycopg.Connection[Any]) -> int:
 def test_two_daemons_never_handle_an_event_a_tick_or_a_wakeup_twice(
     db: psycopg.Connection[Any], dsn: str
 ) -> None:
-    make_assignment_backlog(db, "ev", tasks=300, agents=15)
-    # 30 heavy routines (always_create: a second fire of a tick would be a
-    # second task) and 10 lightweight ones, each with a tick due now.
-    overdue = datetime.now(UTC) - timedelta(minutes=1)
-    for i in range(10):
-        db.execute("SELECT office.upsert_agent(%s, 'ws')", (f"rl-agent-{i}",))
-    for i in range(40):
-        heavy = i < 30
-        db.execute(
-            """SELECT office.create_routine('ws', %(name)s, %(template)s::jsonb, %(assignee)s,
-                                            'always_create', id => %(name)s)""",
-            {
-                "name": f"routine-{i}",
-                "template": json.dumps({"title": f"routine {i}"} if heavy else {}),
-                "assignee": "ev-agent-0" if heavy else f"rl-agent-{i - 30}",
-            },
-        )
-        db.execute(
-            "SELECT office.add_routine_trigger(%s, '0 0 1 1 *', 'UTC', %s, id => %s)",
-            (f"routine-{i}", overdue, f"trigger-{i}"),
-        )
-    # 40 wakeup requests nobody dispatched, for 40 idle agents.
-    for i in range(40):
-        db.execute("SELECT office.upsert_agent(%s, 'ws')", (f"wk-agent-{i}",))
-        db.execute("SELECT office.request_wakeup(%s, 'manual', 'ping')", (f"wk-agent-{i}",))
-
     options = ("--event-batch", "10", "--cron-batch", "5", "--wakeup-batch", "5")
-    with daemon(dsn, *options) as first, daemon(dsn, *options) as second:
+    with (
+        daemon(dsn, *options, "--consumer", "first") as first,
+        daemon(dsn, *options, "--consumer", "second") as second,
+    ):
+        for run in (first, second):
+            wait_for(
+                lambda run=run: any("control plane started" in m for m in run.messages()),
+                "both daemons to start",
+            )
+        # The work appears while both are polling.
+        make_assignment_backlog(db, "ev", tasks=300, agents=15)
+        # 30 heavy routines (always_create: a second fire of a tick would be a
+        # second task) and 10 lightweight ones, each with a tick due now.
+        overdue = datetime.now(UTC) - timedelta(minutes=1)
+        for i in range(10):
+            db.execute("SELECT office.upsert_agent(%s, 'ws')", (f"rl-agent-{i}",))
+        for i in range(40):
+            heavy = i < 30
+            db.execute(
+                """SELECT office.create_routine('ws', %(name)s, %(template)s::jsonb, %(assignee)s,
+                                                'always_create', id => %(name)s)""",
+                {
+                    "name": f"routine-{i}",
+                    "template": json.dumps({"title": f"routine {i}"} if heavy else {}),
+                    "assignee": "ev-agent-0" if heavy else f"rl-agent-{i - 30}",
+                },
+            )
+            db.execute(
+                "SELECT office.add_routine_trigger(%s, '0 0 1 1 *', 'UTC', %s, id => %s)",
+                (f"routine-{i}", overdue, f"trigger-{i}"),
+            )
+        # 40 wakeup requests nobody dispatched, for 40 idle agents.
+        for i in range(40):
+            db.execute("SELECT office.upsert_agent(%s, 'ws')", (f"wk-agent-{i}",))
+            db.execute("SELECT office.request_wakeup(%s, 'manual', 'ping')", (f"wk-agent-{i}",))
+
         wait_for(lambda: pending_events(db) == 0, "the outbox to drain")
         wait_for(
             lambda: scalar(
@@ -246,8 +255,13 @@ def test_two_daemons_never_handle_an_event_a_tick_or_a_wakeup_twice(
         assert first.terminate() == 0, first.text()[-4000:]
         assert second.terminate() == 0, second.text()[-4000:]
 
-    # Events: each claimed once, acknowledged, one run per assignment.
+    # Events: each claimed once, acknowledged, one run per assignment; both
+    # daemons took their share.
     assert scalar(db, "SELECT count(*) FROM office.events WHERE deliveries <> 1") == 0
+    consumers = dict(
+        db.execute("SELECT claimed_by, count(*) FROM office.events GROUP BY 1").fetchall()
+    )
+    assert set(consumers) == {"first", "second"}, consumers
     assert assert_each_assignment_has_one_run(db, "ev") == 300
     # The only suppressed task_assigned enqueues: the event of each task a
     # heavy routine created (create_task queued its run first) - once each.
