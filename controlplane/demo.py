@@ -301,6 +301,8 @@ class DemoReport:
     producers: dict[str, int]
     errors: dict[str, int]
     error_samples: list[str]
+    #: Occurrences by kind (assignment, comment, blockers resolved, ...).
+    occurrences: dict[str, int] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
         document = asdict(self)
@@ -745,6 +747,10 @@ class Demo:
         daemon.start()
         try:
             self.race()
+            if not self.quiet:
+                self.console.print(
+                    "[dim]letting the control plane catch up, then a final sweep…[/dim]"
+                )
             self.settle(daemon)
         finally:
             self.stop.set()
@@ -919,6 +925,7 @@ class Demo:
             producers=dict(sorted(self.ledger.actions.items())),
             errors=errors,
             error_samples=list(self.ledger.error_samples),
+            occurrences=dict(Counter(o.kind for o in occurrences).most_common()),
         )
 
     def check(self, office: Office, occurrences: list[Occurrence]) -> list[Invariant]:
@@ -1062,7 +1069,10 @@ def _print_report(console: Console, report: DemoReport) -> None:
     table.add_column("count", justify="right")
     table.add_column("detail")
     table.add_row(
-        "occurrences", str(c["occurrences"]), f"{c['deliveries']} deliveries by the producers"
+        "occurrences",
+        str(c["occurrences"]),
+        ", ".join(f"{n} {kind}" for kind, n in report.occurrences.items())
+        + f"; {c['deliveries']} deliveries by the producers",
     )
     table.add_row(
         "runs created",
