@@ -73,9 +73,7 @@ from controlplane.routines import (
     WakeupDispatchResult,
     WakeupOutcome,
     WakeupResult,
-    log_dispatch_failure,
-    routine_run_counter,
-    wakeup_reason,
+    report_dispatch,
 )
 from controlplane.tasks import (
     ActorType,
@@ -772,28 +770,8 @@ class Operations:
         }
         reply = yield Call(DISPATCH_ROUTINE, params)
         result = DispatchRoutineResult.model_validate(reply.rows[0])
-        self.report_dispatch(routine_id, str(source), result)
+        report_dispatch(self.reporter, routine_id, str(source), result)
         return result
-
-    def report_dispatch(self, routine_id: str, source: str, result: DispatchRoutineResult) -> None:
-        """The disposition metric, the wakeup dedup or keyless report and the
-        failure log of one routine fire (the database has counted its own)."""
-        counter = routine_run_counter(self.reporter.metrics.registry)
-        counter.labels(
-            workspace=result.workspace_id or "", source=source, disposition=result.status.value
-        ).inc()
-        reason = wakeup_reason(source)
-        if result.wakeup_outcome is WakeupOutcome.DEDUPED:
-            self.reporter.report_dedup(
-                queue=DedupQueue.WAKEUP,
-                reason=reason,
-                kind=DedupKind.DURABLE,
-                key=result.idempotency_key,
-            )
-        if result.wakeup_request_id is not None and result.idempotency_key is None:
-            detail = "routine_cron_without_tick"
-            self.reporter.report_keyless(reason, KeylessCause.UNRESOLVED, detail)
-        log_dispatch_failure(routine_id, result)
 
     def request_wakeup(
         self,

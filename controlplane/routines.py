@@ -47,7 +47,8 @@ from prometheus_client import CollectorRegistry, Counter
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from controlplane.errors import InvalidArgument
-from controlplane.models import DedupKind, _json_value
+from controlplane.models import DedupKind, DedupQueue, KeylessCause, _json_value
+from controlplane.observability import Reporter
 
 if TYPE_CHECKING:
     from controlplane.aio import AsyncOffice
@@ -309,6 +310,27 @@ def log_dispatch_failure(routine_id: str, result: DispatchRoutineResult) -> None
                 "error": result.error_message,
             },
         )
+
+
+def report_dispatch(
+    reporter: Reporter, routine_id: str, source: str, result: DispatchRoutineResult
+) -> None:
+    """What a client reports for one fire (the database has counted its own):
+    the disposition counter, a wakeup dedup, a keyless wakeup, a failure log."""
+    routine_run_counter(reporter.metrics.registry).labels(
+        workspace=result.workspace_id or "", source=source, disposition=result.status.value
+    ).inc()
+    reason = wakeup_reason(source)
+    if result.wakeup_outcome is WakeupOutcome.DEDUPED:
+        reporter.report_dedup(
+            queue=DedupQueue.WAKEUP,
+            reason=reason,
+            kind=DedupKind.DURABLE,
+            key=result.idempotency_key,
+        )
+    if result.wakeup_request_id is not None and result.idempotency_key is None:
+        reporter.report_keyless(reason, KeylessCause.UNRESOLVED, "routine_cron_without_tick")
+    log_dispatch_failure(routine_id, result)
 
 
 # --- cron ticks ---------------------------------------------------------------------

@@ -26,18 +26,15 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from controlplane.daemon.loop import Loop, fetch, is_connection_error
-from controlplane.models import DedupKind, DedupQueue, KeylessCause
 from controlplane.observability import Reporter
 from controlplane.routines import (
     DispatchRoutineResult,
     RoutineSource,
     RoutineTrigger,
     TickPlan,
-    WakeupOutcome,
-    log_dispatch_failure,
     plan_tick,
+    report_dispatch,
     routine_run_counter,
-    wakeup_reason,
 )
 
 __all__ = ["DUE_ROUTINE_TRIGGERS", "FIRE_ROUTINE_TICK", "CronLoop", "TickOutcome"]
@@ -167,22 +164,5 @@ class CronLoop(Loop):
         return TickOutcome.FIRED
 
     def report(self, routine_id: str, result: DispatchRoutineResult) -> None:
-        """What the clients report for a fire (``Office.dispatch_routine``):
-        the disposition counter, a wakeup dedup, a keyless wakeup, a failure log."""
-        source = RoutineSource.CRON.value
-        routine_run_counter(self.reporter.metrics.registry).labels(
-            workspace=result.workspace_id or "", source=source, disposition=result.status.value
-        ).inc()
-        reason = wakeup_reason(source)
-        if result.wakeup_outcome is WakeupOutcome.DEDUPED:
-            self.reporter.report_dedup(
-                queue=DedupQueue.WAKEUP,
-                reason=reason,
-                kind=DedupKind.DURABLE,
-                key=result.idempotency_key,
-            )
-        if result.wakeup_request_id is not None and result.idempotency_key is None:
-            self.reporter.report_keyless(
-                reason, KeylessCause.UNRESOLVED, "routine_cron_without_tick"
-            )
-        log_dispatch_failure(routine_id, result)
+        """What the clients report for a fire (``Office.dispatch_routine``)."""
+        report_dispatch(self.reporter, routine_id, RoutineSource.CRON.value, result)
