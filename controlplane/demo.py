@@ -255,8 +255,11 @@ class DeadWorker:
     run_id: str = ""
     attempt: int = 0
     recovered: bool = False
-    finished_by: str | None = None
-    finished_attempt: int | None = None
+    # Who settled the recovered run: the fleet finishes most runs but fails
+    # (or retries) some, and any report by another worker counts.
+    settled_by: str | None = None
+    settled_attempt: int | None = None
+    settled_as: str | None = None
     late_finish_accepted: bool | None = None
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -686,8 +689,8 @@ class Demo:
         self.dead.run_id, self.dead.attempt = run.id, run.attempt
 
     def ghost(self) -> None:
-        """The dead worker comes back once its run was finished by another
-        worker, and reports: refused."""
+        """The dead worker comes back once its run was settled (finished or
+        failed) by another worker, and reports: refused."""
 
         def main() -> None:
             try:
@@ -701,9 +704,10 @@ class Demo:
                         )[0]
                         if row["attempt"] > self.dead.attempt:
                             self.dead.recovered = True
-                        if row["status"] == "finished":
-                            self.dead.finished_by = row["claimed_by"]
-                            self.dead.finished_attempt = row["attempt"]
+                        if row["status"] in ("finished", "failed"):
+                            self.dead.settled_by = row["claimed_by"]
+                            self.dead.settled_attempt = row["attempt"]
+                            self.dead.settled_as = row["status"]
                             break
                         time.sleep(0.05)
                     self.dead.late_finish_accepted = office.finish_run(
@@ -1042,17 +1046,17 @@ class Demo:
         d = self.dead
         recovered = (
             d.recovered
-            and d.finished_attempt is not None
-            and d.finished_attempt > d.attempt
-            and d.finished_by not in (None, "worker-doomed")
+            and d.settled_attempt is not None
+            and d.settled_attempt > d.attempt
+            and d.settled_by not in (None, "worker-doomed")
             and d.late_finish_accepted is False
         )
         result.append(
             Invariant(
-                "a dead worker's claim is recovered, finished by another, its late finish refused",
+                "a dead worker's claim is recovered, settled by another, its late finish refused",
                 recovered,
-                f"attempt {d.attempt} → finished by {d.finished_by} at attempt "
-                f"{d.finished_attempt}; late finish_run "
+                f"attempt {d.attempt} → {d.settled_as or 'not settled'} by {d.settled_by} at "
+                f"attempt {d.settled_attempt}; late finish_run "
                 + {True: "accepted", False: "refused", None: "never made"}[d.late_finish_accepted],
             )
         )

@@ -33,7 +33,7 @@ def test_demo_json_report_shows_every_invariant_held_and_every_suppression(dsn: 
         "no stuck parent after a final sweep": True,
         "no routine gate held by a terminal task": True,
         "every event handled": True,
-        "a dead worker's claim is recovered, finished by another, its late finish refused": True,
+        "a dead worker's claim is recovered, settled by another, its late finish refused": True,
     }, report["invariants"]
     counts = report["counts"]
     for kind in (
