@@ -168,15 +168,26 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--connections", default="1,4")
     parser.add_argument("--drivers", default="psycopg,asyncpg")
+    parser.add_argument(
+        "--warmup",
+        type=float,
+        default=3.0,
+        help="seconds of each case, unmeasured, before the measured runs",
+    )
     parser.add_argument("--write", type=Path, help="update this markdown file's enqueue section")
     args = parser.parse_args()
 
     floors = ["floor, fresh keys", "floor, 90% repeated keys"]
+    cases = list(dict.fromkeys(floors + [c.name for c in CASES]))
+    # A fresh cluster creates (and fsyncs) its WAL segments as they fill up;
+    # without a warm-up, whichever case writes WAL first pays for that.
+    for case in cases:
+        measure(args.dsn, "psycopg", 1, case, args.warmup)
     rows = []
     rates: dict[tuple[str, int, str], float] = {}
     for driver in args.drivers.split(","):
         for connections in (int(c) for c in args.connections.split(",")):
-            for case in dict.fromkeys(floors + [c.name for c in CASES]):
+            for case in cases:
                 result = measure(args.dsn, driver, connections, case, args.seconds)
                 rates[(driver, connections, case)] = result.rate
                 print(f"{driver:8} {connections} conn  {case:34} {result.rate:9.0f}/s", flush=True)
@@ -214,6 +225,8 @@ def main() -> None:
             f"Command: `make bench` (`bash bench/run.sh enqueue`), {args.seconds:g} s per case.",
             f"Machine: {machine_line(args.dsn)}.",
             "",
+            f"A warm-up runs every case for {args.warmup:g} s first (a fresh cluster would otherwise",
+            "pay for creating its WAL segments in whichever case runs first).",
             "Each rate is operations per second summed over the connections; the ratio divides it",
             "by the floor named beside it, measured in the same run with the same driver and",
             "connection count. A claim+finish cycle is two statements (claim_run, finish_run).",
