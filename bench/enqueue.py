@@ -225,7 +225,8 @@ def main() -> None:
             f"Command: `make bench` (`bash bench/run.sh enqueue`), {args.seconds:g} s per case.",
             f"Machine: {machine_line(args.dsn)}.",
             "",
-            f"A warm-up runs every case for {args.warmup:g} s first (a fresh cluster would otherwise",
+            f"A warm-up runs every case for {args.warmup:g} s first "
+            "(a fresh cluster would otherwise",
             "pay for creating its WAL segments in whichever case runs first).",
             "Each rate is operations per second summed over the connections; the ratio divides it",
             "by the floor named beside it, measured in the same run with the same driver and",
