@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import psycopg
 import pytest
 from psycopg.rows import dict_row
 
@@ -365,3 +366,18 @@ def test_unknown_requests_are_ofr01(db: Conn) -> None:
         dispatch(db, "nope")
     with raises("OFR01", "wakeup request 'nope' not found"):
         fail(db, "nope")
+
+
+# --- NOTIFY office_wakeups ---------------------------------------------------------------
+
+
+def test_a_new_request_notifies_unless_office_notify_is_off(db: Conn, dsn: str) -> None:
+    agent(db, "agent-1")
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute("LISTEN office_wakeups")
+        db.execute("SET office.notify = off")
+        request(db)
+        db.execute("RESET office.notify")
+        loud = request(db)["wakeup_request_id"]
+        note = next(listener.notifies(timeout=30))
+    assert (note.channel, note.payload) == ("office_wakeups", loud)

@@ -1005,7 +1005,10 @@ BEGIN
         ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
         RETURNING w.id INTO v_id;
         IF v_id IS NOT NULL THEN
-            PERFORM pg_notify('office_wakeups', v_id);
+            -- office.notify = off silences this NOTIFY too (see enqueue_run).
+            IF current_setting('office.notify', true) IS DISTINCT FROM 'off' THEN
+                PERFORM pg_notify('office_wakeups', v_id);
+            END IF;
             v_result := ('queued', NULL, v_id);
             RETURN v_result;
         END IF;
@@ -1019,7 +1022,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION office.request_wakeup(text, text, text, jsonb, text) IS
-    'Records a queued wakeup request (NOTIFY office_wakeups) or, for a key already requested, (deduped, durable, <holder>) counted on queue wakeup. Empty agent or source, non-object payload, key over 512 characters 22023; unknown agent OFA01.';
+    'Records a queued wakeup request (NOTIFY office_wakeups unless office.notify = off) or, for a key already requested, (deduped, durable, <holder>) counted on queue wakeup. Empty agent or source, non-object payload, key over 512 characters 22023; unknown agent OFA01.';
 REVOKE EXECUTE ON FUNCTION office.request_wakeup(text, text, text, jsonb, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.request_wakeup(text, text, text, jsonb, text) TO office_producer, office_admin;
 
