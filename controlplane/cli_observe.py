@@ -230,14 +230,17 @@ def events_tail(
     seconds until interrupted (SIGINT or SIGTERM, exit 0)."""
     url = obj.database_url()
     tail = Tail()
-    with connect(url) as conn:
-        for row in _initial(conn, tail, since, limit):
-            _print_event(row, as_json)
-    if not follow:
-        return
     stop = _Stop()
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    # Handlers first: a signal that arrives while the first events print must
+    # already end the follow cleanly.
+    signals = (signal.SIGINT, signal.SIGTERM) if follow else ()
+    previous = {sig: signal.signal(sig, stop) for sig in signals}
     try:
+        with connect(url) as conn:
+            for row in _initial(conn, tail, since, limit):
+                _print_event(row, as_json)
+        if not follow:
+            return
         for conn in _connections(url, stop):
             try:
                 while not stop.event.is_set():
