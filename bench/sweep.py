@@ -209,15 +209,7 @@ EXPLAINS: list[tuple[str, str]] = [
         "without the marks (office._scan_stuck_parents): every open parent is read",
         """
         SELECT v.parent_task_id, v.child_set_key, v.newest_child_updated_at
-          FROM office._parent_wake_candidates v
-         WHERE NOT EXISTS (
-                SELECT FROM office.runs w
-                 WHERE w.task_id = v.parent_task_id
-                   AND w.reason = 'task_children_completed'
-                   AND (w.status IN ('queued', 'claimed')
-                        OR (w.status IN ('finished', 'failed', 'cancelled')
-                            AND office.second_precision_text(w.requested_at)
-                                >= v.newest_child_updated_at)))
+          FROM office._parent_wake_stuck v
          ORDER BY v.parent_task_id COLLATE "C"
          LIMIT 100
         """,
