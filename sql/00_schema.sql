@@ -8,7 +8,43 @@
 -- statement here must be valid in both settings and must be idempotent where
 -- it touches cluster-wide objects (roles are shared by all databases).
 
-CREATE SCHEMA office;
+-- Nothing in this script may resolve a name through the installer's
+-- search_path: SQL-standard bodies, views, defaults, constraints and indexes
+-- are bound when they are created, and a planted public.convert_to(text, text)
+-- or public.count(text) would otherwise be bound in place of pg_catalog's (and
+-- run later, as the installer, by whoever calls or reads it). Transaction-
+-- local: CREATE EXTENSION restores the caller's setting after the script, and
+-- the plain path (a yoyo migration) runs in a transaction.
+SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+
+-- CREATE EXTENSION creates schema office itself (office.control names it);
+-- the plain path creates it here. Either way it must be the installer's and
+-- empty: a schema planted beforehand by another role would let that role
+-- replace every object installed into it.
+DO $schema$
+DECLARE
+    v_owner oid;
+BEGIN
+    SELECT n.nspowner INTO v_owner FROM pg_catalog.pg_namespace n WHERE n.nspname = 'office';
+    IF NOT FOUND THEN
+        CREATE SCHEMA office;
+        RETURN;
+    END IF;
+    IF NOT v_owner IN (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname IN (session_user, current_user)) THEN
+        RAISE EXCEPTION USING ERRCODE = '42501',
+            MESSAGE = pg_catalog.format('schema office already exists and belongs to role %s, not to the installer %s',
+                                        v_owner::regrole, session_user),
+            HINT = 'Drop or rename that schema, then install office again.';
+    END IF;
+    IF EXISTS (SELECT FROM pg_catalog.pg_class c WHERE c.relnamespace = 'office'::regnamespace)
+       OR EXISTS (SELECT FROM pg_catalog.pg_proc f WHERE f.pronamespace = 'office'::regnamespace)
+       OR EXISTS (SELECT FROM pg_catalog.pg_type t WHERE t.typnamespace = 'office'::regnamespace) THEN
+        RAISE EXCEPTION USING ERRCODE = '42P06',
+            MESSAGE = 'schema office already exists and is not empty',
+            HINT = 'Install office into a database without a schema named office.';
+    END IF;
+END
+$schema$;
 COMMENT ON SCHEMA office IS 'office: convergent agent-run scheduling (see office.schema_version())';
 
 -- Roles are cluster-wide, so a second database (or a test clone) must find
@@ -54,7 +90,7 @@ GRANT USAGE ON SCHEMA office TO office_producer, office_worker, office_reader, o
 CREATE FUNCTION office.schema_version() RETURNS text
     LANGUAGE sql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
-    RETURN '0.3.0';
+    RETURN '0.4.0';
 COMMENT ON FUNCTION office.schema_version() IS
     'The installed office schema version; every upgrade script replaces it.';
 REVOKE EXECUTE ON FUNCTION office.schema_version() FROM PUBLIC;

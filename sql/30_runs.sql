@@ -76,19 +76,6 @@ CREATE UNIQUE INDEX idx_run_one_claimed_per_agent ON office.runs (agent_profile_
 CREATE INDEX idx_run_finished ON office.runs (finished_at)
     WHERE status IN ('finished', 'failed', 'cancelled');
 
--- Internal: a window setting (office.idempotency_window, office.coalesce_window)
--- as an interval, read with current_setting(name, true) so that
--- ALTER DATABASE ... SET works; unset or '' gives the default.
-CREATE FUNCTION office._window(name text, fallback interval) RETURNS interval
-    LANGUAGE sql STABLE PARALLEL SAFE
-    SET search_path = pg_catalog, pg_temp
-    RETURN coalesce(nullif(current_setting(name, true), '')::interval, fallback);
-COMMENT ON FUNCTION office._window(text, interval) IS
-    'Internal: the interval setting name (unset or empty: fallback).';
-REVOKE EXECUTE ON FUNCTION office._window(text, interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION office._window(text, interval)
-    TO office_producer, office_worker, office_reader, office_admin;
-
 CREATE FUNCTION office.enqueue_run(agent_profile_id text, reason text, payload jsonb DEFAULT '{}',
                                    idempotency_key text DEFAULT NULL, task_id text DEFAULT NULL,
                                    entry_triggered boolean DEFAULT false,
@@ -509,25 +496,6 @@ COMMENT ON FUNCTION office.cancel_run(text, text) IS
     'queued|claimed -> cancelled with cancel_reason; a finished, failed or cancelled run is untouched (false).';
 REVOKE EXECUTE ON FUNCTION office.cancel_run(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.cancel_run(text, text) TO office_worker, office_admin;
-
--- Internal: 22023 unless the interval is given and not negative.
-CREATE FUNCTION office._check_interval(name text, value interval) RETURNS interval
-    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-    SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    IF value IS NULL OR value < interval '0' THEN
-        RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = format('%s must be a non-negative interval, not %s', name, coalesce(value::text, 'NULL'));
-    END IF;
-    RETURN value;
-END
-$$;
-COMMENT ON FUNCTION office._check_interval(text, interval) IS
-    'Internal: returns value when it is a non-negative interval, else raises 22023 naming the parameter.';
-REVOKE EXECUTE ON FUNCTION office._check_interval(text, interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION office._check_interval(text, interval)
-    TO office_producer, office_worker, office_reader, office_admin;
 
 CREATE FUNCTION office.recover_stale_runs(older_than interval) RETURNS int
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER

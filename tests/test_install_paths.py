@@ -175,6 +175,20 @@ def test_a_database_owner_who_is_not_superuser_can_create_the_extension(
         assert conn.execute("SELECT office.schema_version()").fetchone() == (
             schema.current_version(),
         )
+        # \dx shows office in its own schema (office.control names it) ...
+        assert conn.execute(
+            "SELECT extnamespace::regnamespace::text FROM pg_extension WHERE extname = 'office'"
+        ).fetchone() == ("office",)
+        # ... which PostgreSQL created, so DROP EXTENSION leaves it behind,
+        # empty and the owner's; installing again reuses it.
         conn.execute("DROP EXTENSION office")
-        gone = conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname = 'office'").fetchone()
-        assert gone == (0,)
+        left = conn.execute(
+            "SELECT pg_get_userbyid(nspowner) = current_user,"
+            " (SELECT count(*) FROM pg_class WHERE relnamespace = n.oid)"
+            "  + (SELECT count(*) FROM pg_proc WHERE pronamespace = n.oid)"
+            " FROM pg_namespace n WHERE nspname = 'office'"
+        ).fetchone()
+        assert left == (True, 0)
+        conn.execute("CREATE EXTENSION office")
+        conn.execute("DROP EXTENSION office")
+        conn.execute("DROP SCHEMA office")

@@ -65,11 +65,11 @@ def old_extension(empty_database: str) -> Iterator[Conn]:
         yield conn
 
 
-def test_the_current_version_is_0_3_0(db: Conn) -> None:
-    # 0.3.0 (tasks and the event outbox) followed 0.2.0; the steps below
-    # stop at 0.2.0 on purpose.
-    assert schema.current_version() == "0.3.0"
-    assert version(db) == ("0.3.0", "0.3.0")
+def test_the_current_version_is_0_4_0(db: Conn) -> None:
+    # 0.4.0 (hardening, remembered keys, leases) followed 0.3.0 (tasks and the
+    # event outbox); the steps below stop at 0.2.0 on purpose.
+    assert schema.current_version() == "0.4.0"
+    assert version(db) == ("0.4.0", "0.4.0")
 
 
 def test_0_1_0_has_no_entry_triggered_and_enqueues(old_extension: Conn) -> None:
