@@ -11,7 +11,6 @@ from typing import Any
 import psycopg
 import pytest
 
-from controlplane import schema
 from controlplane.migrate import migrate
 
 Conn = psycopg.Connection[Any]

@@ -64,7 +64,7 @@ AS $$
 BEGIN
     IF value IS NULL OR NOT isfinite(value) OR value < interval '0' OR value > interval '100 years' THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = format('%s must be a finite interval from 0 to 100 years, not %s',
+            MESSAGE = format('%s must be a non-negative interval of at most 100 years, not %s',
                              name, coalesce(value::text, 'NULL'));
     END IF;
     RETURN value;
