@@ -205,7 +205,8 @@ def test_an_agent_with_rows_from_before_the_upgrade_can_still_be_upserted(db: Co
     # A cross-workspace row written before 0.4.0 (triggers off, as a restore would).
     db.execute("SET session_replication_role = replica")
     db.execute(
-        "INSERT INTO office.tasks (id, workspace_id, assignee_agent_profile_id) VALUES ('t1', 'w2', 'a1')"
+        "INSERT INTO office.tasks (id, workspace_id, assignee_agent_profile_id)"
+        " VALUES ('t1', 'w2', 'a1')"
     )
     db.execute("SET session_replication_role = origin")
     row = db.execute("SELECT status FROM office.upsert_agent('a1', 'w1', '', 'paused')").fetchone()

@@ -655,7 +655,8 @@ def test_plain_sql_cannot_cross_workspaces(populated: Conn) -> None:
     db = populated
     cases = [
         "INSERT INTO office.tasks (id, workspace_id, parent_id) VALUES ('C', 'w2', 'T')",
-        "INSERT INTO office.tasks (id, workspace_id, assignee_agent_profile_id) VALUES ('C', 'w2', 'A')",
+        "INSERT INTO office.tasks (id, workspace_id, assignee_agent_profile_id)"
+        " VALUES ('C', 'w2', 'A')",
         "UPDATE office.tasks SET parent_id = 'T' WHERE id = 'V'",
         "UPDATE office.tasks SET assignee_agent_profile_id = 'A' WHERE id = 'V'",
         "UPDATE office.tasks SET workspace_id = 'w2' WHERE id = 'T'",  # its assignee stays in w1
