@@ -6,8 +6,13 @@ value the type cannot represent is skipped), the other parameters valid.
 
 The call may succeed or fail, but only with a SQLSTATE of API.md §7 (a
 ``23505`` must name the id, not be the raw index message), and a failed call
-leaves every office table's row count as it was. Each call runs in its own
-transaction, rolled back afterwards, so every call sees the same fixtures.
+leaves every office table's row count as it was. A call that succeeds must
+have stored nothing past the bounds of API.md Conventions (which would fail
+later, in a background loop): no time outside 1970-01-01 .. 9999-12-31, no
+text over 64 KiB, no document over 1 MiB (plus what the API adds), no short
+word (:data:`SHORT_WORDS`) over 200 characters or with a control character.
+Each call runs in its own transaction, rolled back afterwards, so every call
+sees the same fixtures.
 
 A function added later is picked up from the catalog: without a baseline
 recipe in :data:`RECIPES` it fails :func:`test_every_function_has_a_recipe`,
@@ -98,6 +103,18 @@ EXTRA_BY_TYPE: dict[str, dict[str, str]] = {
         "10000": "10000-01-01 00:00:00+00",
     },
     "interval": {"-infinity": "-infinity", "101 years": "101 years"},
+    # An explicit id that exists (create_task, create_routine, add_routine_trigger).
+    "text": {"existing task id": "T", "existing routine id": "R", "existing trigger id": "t1"},
+}
+
+#: Stored columns that hold short words (API.md Conventions).
+SHORT_WORDS = {
+    "events": ("claimed_by",),
+    "routine_runs": ("trigger_id",),
+    "routine_triggers": ("cron_expression", "timezone"),
+    "runs": ("reason", "task_id", "claimed_by"),
+    "tasks": ("workflow_step_id",),
+    "wakeup_requests": ("source",),
 }
 
 # --- fixtures and recipes --------------------------------------------------------------------
@@ -321,7 +338,7 @@ class Outcome:
     problem: str  # what is wrong with how it failed ('' when nothing is)
 
     def __str__(self) -> str:
-        return f"{self.problem}: {self.error}"
+        return self.problem if self.error is None else f"{self.problem}: {self.error}"
 
 
 @dataclass
@@ -332,6 +349,7 @@ class Bed:
     functions: list[Function]
     ids: dict[str, str]
     count_query: sql.Composed
+    bounds_query: sql.Composed
     parses: dict[tuple[str, str], bool]
 
     def baseline(self, function: Function) -> dict[str, str | None]:
@@ -389,7 +407,8 @@ class Bed:
                 if self.counts() != before:
                     problems.append("row counts changed by a failed call")
                 return Outcome(str(exc).splitlines()[0][:300], "; ".join(problems))
-            return Outcome(None, "")
+            past = [r[0] for r in self.conn.execute(self.bounds_query).fetchall()]
+            return Outcome(None, f"stored past its bound: {', '.join(past)}" if past else "")
 
 
 @pytest.fixture
@@ -425,10 +444,51 @@ def bed(db: Conn) -> Iterator[Bed]:
     )
     db.autocommit = False
     try:
-        yield Bed(db, catalog(db), ids, count_query, {})
+        yield Bed(db, catalog(db), ids, count_query, bounds_query(db), {})
     finally:
         db.rollback()
         db.autocommit = True
+
+
+def bounds_query(conn: Conn) -> sql.Composed:
+    """The columns of office tables holding a value past its bound."""
+    checks = {
+        "text": "pg_catalog.octet_length({c}) > 65536",
+        "jsonb": "pg_catalog.octet_length({c}::pg_catalog.text) > 1048576 + 65536",
+        "timestamp with time zone": (
+            "NOT pg_catalog.isfinite({c}) OR {c} < '1970-01-01 00:00+00'"
+            " OR {c} >= '10000-01-01 00:00+00'"
+        ),
+    }
+    short = "pg_catalog.length({c}) > 200 OR {c} ~ '[\u0001-\u001f\u007f-\u009f]'"
+    columns = conn.execute(
+        "SELECT c.relname, a.attname, pg_catalog.format_type(a.atttypid, NULL)"
+        "  FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid"
+        " WHERE c.relnamespace = 'office'::pg_catalog.regnamespace AND c.relkind = 'r'"
+        "   AND a.attnum > 0 AND NOT a.attisdropped ORDER BY 1, 2"
+    ).fetchall()
+    by_table: dict[str, list[sql.Composable]] = {}
+    for table, column, type_name in columns:
+        conditions = [checks[type_name]] if type_name in checks else []
+        if column in SHORT_WORDS.get(table, ()):
+            conditions.append(short)
+        for condition in conditions:
+            by_table.setdefault(table, []).append(
+                sql.SQL("CASE WHEN pg_catalog.bool_or({}) THEN {} END").format(
+                    sql.SQL(condition).format(c=sql.Identifier(column)),
+                    sql.Literal(f"{table}.{column}"),
+                )
+            )
+    # One scan per table.
+    parts = [
+        sql.SQL("SELECT pg_catalog.unnest(ARRAY[{}]) FROM office.{}").format(
+            sql.SQL(", ").join(items), sql.Identifier(table)
+        )
+        for table, items in by_table.items()
+    ]
+    return sql.SQL("SELECT DISTINCT x FROM ({}) AS f(x) WHERE x IS NOT NULL ORDER BY 1").format(
+        sql.SQL(" UNION ALL ").join(parts)
+    )
 
 
 def hostile_values(type_name: str) -> dict[str, str | None]:
