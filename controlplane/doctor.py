@@ -17,7 +17,10 @@ Checks:
 * settings - ``office.idempotency_window`` and ``office.coalesce_window`` are
   non-negative intervals, ``office.notify`` is ``on`` or ``off``, wherever they
   are set (this session, ``ALTER DATABASE``/``ALTER ROLE … SET``);
-* probes - what mixed-version clients probe for (``runs.entry_triggered``).
+* probes - what mixed-version clients probe for (``runs.entry_triggered``);
+* workspaces - rows that reference across workspaces (a task's parent, blocker
+  or assignee, a routine's assignee in another workspace): 0.4.0 refuses new
+  ones (OFW01) but does not re-check rows written before it.
 """
 
 from __future__ import annotations
@@ -435,6 +438,71 @@ def check_probes(conn: psycopg.Connection[Any]) -> Iterator[Finding]:
         )
 
 
+# --- workspaces -------------------------------------------------------------------------
+
+#: How many cross-workspace rows a finding names (the count is always exact).
+WORKSPACE_SAMPLE = 10
+
+#: Each kind of reference that must stay inside one workspace: what it is, and
+#: a query of (row, its workspace, what it references, that one's workspace).
+WORKSPACE_REFERENCES = {
+    "task parent": (
+        "SELECT t.id, t.workspace_id, p.id, p.workspace_id FROM office.tasks t"
+        " JOIN office.tasks p ON p.id = t.parent_id WHERE p.workspace_id <> t.workspace_id"
+    ),
+    "task blocker": (
+        "SELECT t.id, t.workspace_id, b.id, b.workspace_id FROM office.task_blockers e"
+        " JOIN office.tasks t ON t.id = e.task_id JOIN office.tasks b ON b.id = e.blocker_task_id"
+        " WHERE b.workspace_id <> t.workspace_id"
+    ),
+    "task assignee": (
+        "SELECT t.id, t.workspace_id, a.id, a.workspace_id FROM office.tasks t"
+        " JOIN office.agent_profiles a ON a.id = t.assignee_agent_profile_id"
+        " WHERE a.workspace_id <> t.workspace_id"
+    ),
+    "routine assignee": (
+        "SELECT r.id, r.workspace_id, a.id, a.workspace_id FROM office.routines r"
+        " JOIN office.agent_profiles a ON a.id = r.assignee_agent_profile_id"
+        " WHERE a.workspace_id <> r.workspace_id"
+    ),
+}
+
+
+def check_workspaces(conn: psycopg.Connection[Any]) -> Iterator[Finding]:
+    found = False
+    for what, query in WORKSPACE_REFERENCES.items():
+        rows = conn.execute(
+            f"SELECT count(*) OVER (), x.* FROM ({query}) AS x(id, space, other, other_space)"
+            ' ORDER BY x.id COLLATE "C", x.other COLLATE "C"'
+            f" LIMIT {WORKSPACE_SAMPLE}"
+        ).fetchall()
+        if not rows:
+            continue
+        found = True
+        sample = "; ".join(
+            f"{row} ({space}) -> {other} ({other_space})"
+            for _, row, space, other, other_space in rows
+        )
+        yield Finding(
+            check="workspaces",
+            status=Status.WARNING,
+            detail=(
+                f"{rows[0][0]} {what} reference(s) across workspaces, written before 0.4.0:"
+                f" {sample}"
+            ),
+            fix=(
+                "reassign, re-parent or unblock them within one workspace (a write that keeps"
+                " them is refused with OFW01); sharding by workspace needs none left"
+            ),
+        )
+    if not found:
+        yield Finding(
+            check="workspaces",
+            status=Status.OK,
+            detail="no task or routine references another workspace",
+        )
+
+
 CHECKS = (
     check_version,
     check_indexes,
@@ -443,6 +511,7 @@ CHECKS = (
     check_admin_can_call,
     check_settings,
     check_probes,
+    check_workspaces,
 )
 
 

@@ -58,6 +58,13 @@ class RoutineNotFound(OfficeError, LookupError):
     sqlstate = "OFR01"
 
 
+class WorkspaceMismatch(OfficeError):
+    """OFW01: a reference across workspaces (a task's parent, blocker or
+    assignee, a routine's assignee), or an agent moved to another workspace."""
+
+    sqlstate = "OFW01"
+
+
 ERRORS_BY_SQLSTATE: dict[str, type[OfficeError]] = {
     cls.sqlstate: cls
     for cls in (
@@ -66,6 +73,7 @@ ERRORS_BY_SQLSTATE: dict[str, type[OfficeError]] = {
         AgentNotAcceptingRuns,
         TaskNotFound,
         RoutineNotFound,
+        WorkspaceMismatch,
     )
 }
 

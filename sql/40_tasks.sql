@@ -473,6 +473,132 @@ CREATE TRIGGER task_blockers_10_acyclic
     BEFORE INSERT OR UPDATE OF task_id, blocker_task_id ON office.task_blockers
     FOR EACH ROW EXECUTE FUNCTION office._task_blockers_acyclic();
 
+-- --- triggers: workspaces do not mix (API.md, Conventions) -------------------
+
+-- A task's parent, its blockers and its assignee are in the task's workspace
+-- (OFW01), for every client. Only what a write changes is checked (a row
+-- written before 0.4.0 keeps its old references until they change; officectl
+-- doctor lists them). AFTER triggers, so that they read the whole statement
+-- (a subtree moved in one UPDATE) and run after the foreign-key checks, which
+-- key-share lock the referenced tasks: a task moving to another workspace
+-- first locks its own row FOR UPDATE, which waits for every transaction
+-- adding a child or an edge to it, then reads them all. An agent never
+-- changes workspace (20_agents.sql), so its workspace needs no lock.
+CREATE FUNCTION office._tasks_same_workspace() RETURNS trigger
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_moved boolean := TG_OP = 'UPDATE' AND NEW.workspace_id IS DISTINCT FROM OLD.workspace_id;
+    v_id    text;
+    v_space text;
+BEGIN
+    IF v_moved THEN
+        PERFORM FROM office.tasks t WHERE t.id = NEW.id FOR UPDATE;
+    END IF;
+    IF NEW.parent_id IS NOT NULL
+       AND (TG_OP = 'INSERT' OR v_moved OR NEW.parent_id IS DISTINCT FROM OLD.parent_id) THEN
+        SELECT p.workspace_id INTO v_space FROM office.tasks p WHERE p.id = NEW.parent_id;
+        IF v_space <> NEW.workspace_id THEN
+            RAISE EXCEPTION USING ERRCODE = 'OFW01',
+                MESSAGE = format('task %s of workspace %s cannot have parent task %s of workspace %s',
+                                 quote_literal(NEW.id), quote_literal(NEW.workspace_id),
+                                 quote_literal(NEW.parent_id), quote_literal(v_space));
+        END IF;
+    END IF;
+    IF NEW.assignee_agent_profile_id IS NOT NULL
+       AND (TG_OP = 'INSERT' OR v_moved
+            OR NEW.assignee_agent_profile_id IS DISTINCT FROM OLD.assignee_agent_profile_id) THEN
+        SELECT a.workspace_id INTO v_space
+          FROM office.agent_profiles a WHERE a.id = NEW.assignee_agent_profile_id;
+        IF v_space <> NEW.workspace_id THEN
+            RAISE EXCEPTION USING ERRCODE = 'OFW01',
+                MESSAGE = format('task %s of workspace %s cannot be assigned to agent %s of workspace %s',
+                                 quote_literal(NEW.id), quote_literal(NEW.workspace_id),
+                                 quote_literal(NEW.assignee_agent_profile_id), quote_literal(v_space));
+        END IF;
+    END IF;
+    IF NOT v_moved THEN
+        RETURN NULL;
+    END IF;
+    SELECT c.id, c.workspace_id INTO v_id, v_space
+      FROM office.tasks c
+     WHERE c.parent_id = NEW.id AND c.workspace_id <> NEW.workspace_id
+     ORDER BY c.id COLLATE "C" LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'OFW01',
+            MESSAGE = format('task %s cannot move to workspace %s: its child task %s is in workspace %s',
+                             quote_literal(NEW.id), quote_literal(NEW.workspace_id), quote_literal(v_id),
+                             quote_literal(v_space));
+    END IF;
+    SELECT o.id, o.workspace_id INTO v_id, v_space
+      FROM office.task_blockers b
+      JOIN office.tasks o ON o.id = CASE WHEN b.task_id = NEW.id THEN b.blocker_task_id ELSE b.task_id END
+     WHERE (b.task_id = NEW.id OR b.blocker_task_id = NEW.id) AND o.workspace_id <> NEW.workspace_id
+     ORDER BY o.id COLLATE "C" LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'OFW01',
+            MESSAGE = format('task %s cannot move to workspace %s: it shares a blocker edge with task %s of workspace %s',
+                             quote_literal(NEW.id), quote_literal(NEW.workspace_id), quote_literal(v_id),
+                             quote_literal(v_space));
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION office._tasks_same_workspace() IS
+    'Trigger: a task''s parent and assignee (when written) and, when the task moves to another workspace, its children and blocker edges, are in the task''s workspace; else OFW01 naming both workspaces.';
+REVOKE EXECUTE ON FUNCTION office._tasks_same_workspace() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._tasks_same_workspace() TO office_admin;
+
+CREATE TRIGGER tasks_40_same_workspace_insert
+    AFTER INSERT ON office.tasks
+    FOR EACH ROW
+    WHEN (NEW.parent_id IS NOT NULL OR NEW.assignee_agent_profile_id IS NOT NULL)
+    EXECUTE FUNCTION office._tasks_same_workspace();
+
+CREATE TRIGGER tasks_40_same_workspace_update
+    AFTER UPDATE OF workspace_id, parent_id, assignee_agent_profile_id ON office.tasks
+    FOR EACH ROW
+    WHEN (NEW.workspace_id IS DISTINCT FROM OLD.workspace_id
+          OR NEW.parent_id IS DISTINCT FROM OLD.parent_id
+          OR NEW.assignee_agent_profile_id IS DISTINCT FROM OLD.assignee_agent_profile_id)
+    EXECUTE FUNCTION office._tasks_same_workspace();
+
+-- A blocker edge joins two tasks of one workspace. After the foreign-key
+-- checks, which key-share lock both tasks (see above).
+CREATE FUNCTION office._task_blockers_same_workspace() RETURNS trigger
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_task    text;
+    v_blocker text;
+BEGIN
+    IF TG_OP = 'UPDATE' AND (NEW.task_id, NEW.blocker_task_id)
+                            IS NOT DISTINCT FROM (OLD.task_id, OLD.blocker_task_id) THEN
+        RETURN NULL;
+    END IF;
+    SELECT t.workspace_id, b.workspace_id INTO v_task, v_blocker
+      FROM office.tasks t, office.tasks b
+     WHERE t.id = NEW.task_id AND b.id = NEW.blocker_task_id;
+    IF v_task <> v_blocker THEN
+        RAISE EXCEPTION USING ERRCODE = 'OFW01',
+            MESSAGE = format('task %s of workspace %s cannot be blocked by task %s of workspace %s',
+                             quote_literal(NEW.task_id), quote_literal(v_task),
+                             quote_literal(NEW.blocker_task_id), quote_literal(v_blocker));
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION office._task_blockers_same_workspace() IS
+    'Trigger: a blocker edge joins two tasks of one workspace, else OFW01 naming both.';
+REVOKE EXECUTE ON FUNCTION office._task_blockers_same_workspace() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._task_blockers_same_workspace() TO office_admin;
+
+CREATE TRIGGER task_blockers_40_same_workspace
+    AFTER INSERT OR UPDATE OF task_id, blocker_task_id ON office.task_blockers
+    FOR EACH ROW EXECUTE FUNCTION office._task_blockers_same_workspace();
+
 -- --- producer functions --------------------------------------------------------
 
 CREATE FUNCTION office.create_task(workspace_id text, id text DEFAULT NULL, title text DEFAULT '',
@@ -500,6 +626,8 @@ BEGIN
     ELSE
         PERFORM office._check_id('task', v_id);
     END IF;
+    PERFORM office._check_free_text('title', create_task.title);
+    PERFORM office._check_short_text('workflow_step_id', create_task.workflow_step_id);
     PERFORM office._check_task_state(create_task.state);
     IF v_parent IS NOT NULL AND NOT EXISTS (SELECT FROM office.tasks t WHERE t.id = v_parent) THEN
         RAISE EXCEPTION USING ERRCODE = 'OFT01',
@@ -511,13 +639,21 @@ BEGIN
             MESSAGE = format('agent %s not found', quote_literal(v_assignee));
     END IF;
 
-    -- The generation comes from the insert trigger (1 with assignee and step).
+    -- The generation comes from the insert trigger (1 with assignee and step);
+    -- a parent or assignee of another workspace is refused there (OFW01). An
+    -- explicit id that exists is 23505 naming it (ON CONFLICT waits for a
+    -- concurrent creator of the id, then finds the row there).
     INSERT INTO office.tasks AS t (id, workspace_id, parent_id, workflow_step_id, title, state,
                                    assignee_agent_profile_id, is_office, is_ephemeral)
     VALUES (v_id, create_task.workspace_id, v_parent, create_task.workflow_step_id,
             coalesce(create_task.title, ''), create_task.state, v_assignee, v_office,
             coalesce(create_task.is_ephemeral, false))
+    ON CONFLICT (id) DO NOTHING
     RETURNING t.assignment_generation INTO v_gen;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = '23505',
+            MESSAGE = format('task %s already exists', quote_literal(v_id));
+    END IF;
 
     IF v_assignee IS NOT NULL AND v_office THEN
         v_run := office._wake(v_assignee, 'task_assigned',
@@ -529,7 +665,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION office.create_task(text, text, text, text, text, text, text, boolean, boolean) IS
-    'Creates a task (NULL id: generated). Generation 1 when assignee and step are both set, else 0; an Office task with an assignee gets a task_assigned run keyed assignment_key(task, assignee, generation) (skipped when the agent does not accept runs). Bad id/workspace/state 22023, unknown parent OFT01, unknown assignee OFA01. A task created terminal runs no terminal effects.';
+    'Creates a task (NULL id: generated). Generation 1 when assignee and step are both set, else 0; an Office task with an assignee gets a task_assigned run keyed assignment_key(task, assignee, generation) (skipped when the agent does not accept runs). Bad id/workspace/state, a title over 64 KiB or a workflow_step_id over 200 characters 22023, an explicit id that exists 23505, unknown parent OFT01, unknown assignee OFA01, a parent or assignee of another workspace OFW01. A task created terminal runs no terminal effects.';
 REVOKE EXECUTE ON FUNCTION office.create_task(text, text, text, text, text, text, text, boolean, boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.create_task(text, text, text, text, text, text, text, boolean, boolean)
     TO office_producer, office_admin;
@@ -550,6 +686,7 @@ DECLARE
     v_run       office.enqueue_result;
     v_result    office.assign_result;
 BEGIN
+    PERFORM office._check_short_text('actor_id', assign_task.actor_id);
     IF assign_task.actor_type IS NULL OR assign_task.actor_type NOT IN ('user', 'agent', 'system') THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
             MESSAGE = format('unknown actor_type %s (expected user, agent or system)',
@@ -593,7 +730,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION office.assign_task(text, text, text, text) IS
-    'Writes the assignee (NULL or '''' unassigns): the generation goes up by one and the value this call committed is returned; interrupt when a different, non-empty assignee is replaced; an Office task with an assignee gets a task_assigned run keyed assignment_key(task, assignee, generation) (skipped when the agent does not accept runs). Unknown task OFT01, unknown agent OFA01, bad actor_type 22023.';
+    'Writes the assignee (NULL or '''' unassigns): the generation goes up by one and the value this call committed is returned; interrupt when a different, non-empty assignee is replaced; an Office task with an assignee gets a task_assigned run keyed assignment_key(task, assignee, generation) (skipped when the agent does not accept runs). Unknown task OFT01, unknown agent OFA01, an agent of another workspace OFW01, bad actor_type or an actor_id over 200 characters 22023.';
 REVOKE EXECUTE ON FUNCTION office.assign_task(text, text, text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.assign_task(text, text, text, text) TO office_producer, office_admin;
 
@@ -685,7 +822,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION office.add_blocker(text, text) IS
-    'blocker_task_id now blocks task_id. Self-block or an edge closing a cycle (any length) 22023, unknown task OFT01, an existing edge is a no-op.';
+    'blocker_task_id now blocks task_id. Self-block or an edge closing a cycle (any length) 22023, unknown task OFT01, tasks of two workspaces OFW01, an existing edge is a no-op.';
 REVOKE EXECUTE ON FUNCTION office.add_blocker(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.add_blocker(text, text) TO office_producer, office_admin;
 

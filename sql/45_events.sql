@@ -5,8 +5,10 @@
 --   * task.assigned on every write of assignee_agent_profile_id (and on an
 --     INSERT with an assignee): task_id, workspace_id, agent_profile_id (NULL
 --     when unassigned), assignment_generation (the value this write
---     committed), previous_agent_profile_id, is_office, and actor
---     ({"id", "type"} from assign_task; NULL for a plain UPDATE);
+--     committed), previous_agent_profile_id, is_office, actor (what the
+--     writer claims: {"id", "type"} from assign_task, or the session setting
+--     office.actor for a plain write, NULL when unset) and db_user (the
+--     authenticated session_user, which no caller can forge);
 --   * task.moved on every change of state: task_id, workspace_id, from_state,
 --     to_state.
 -- Consumers compete: claim_events hands each pending event to one claimer
@@ -44,12 +46,63 @@ CREATE INDEX idx_events_processed ON office.events (processed_at) WHERE processe
 
 -- --- triggers -------------------------------------------------------------------
 
+-- The actor of a write: the setting office.actor (assign_task sets it for its
+-- own update), checked like any argument, since the event outlives the
+-- transaction and a subscriber must be able to decode it: a JSON object of
+-- exactly "id" (a string of at most 200 characters without control
+-- characters, or null) and "type" (user, agent or system), else 22023. Its
+-- length is checked before it is parsed, so a deeply nested document never
+-- reaches the parser; the parse is guarded (a subtransaction) only when the
+-- setting is set.
+CREATE FUNCTION office._event_actor() RETURNS jsonb
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_text  text := current_setting('office.actor', true);
+    v_actor jsonb;
+    v_shape constant text := 'a JSON object {"id": <text of at most 200 characters, or null>, '
+                             '"type": "user" | "agent" | "system"}';
+BEGIN
+    IF v_text IS NULL OR v_text = '' THEN
+        RETURN NULL;
+    END IF;
+    IF octet_length(v_text) > 2048 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('setting office.actor is %s bytes, more than 2048: expected %s',
+                             octet_length(v_text), v_shape);
+    END IF;
+    BEGIN
+        v_actor := v_text::jsonb;
+    EXCEPTION WHEN data_exception OR program_limit_exceeded THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('setting office.actor = %s is not JSON: expected %s',
+                             quote_literal(left(v_text, 200)), v_shape);
+    END;
+    IF jsonb_typeof(v_actor) <> 'object'
+       OR (SELECT array_agg(k ORDER BY k COLLATE "C") FROM jsonb_object_keys(v_actor) AS k)
+          IS DISTINCT FROM ARRAY['id', 'type']
+       OR jsonb_typeof(v_actor -> 'id') NOT IN ('string', 'null')
+       OR jsonb_typeof(v_actor -> 'type') <> 'string'
+       OR (v_actor ->> 'type') NOT IN ('user', 'agent', 'system') THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('setting office.actor = %s: expected %s', quote_literal(left(v_text, 200)), v_shape);
+    END IF;
+    PERFORM office._check_short_text('the id of setting office.actor', v_actor ->> 'id');
+    RETURN v_actor;
+END
+$$;
+COMMENT ON FUNCTION office._event_actor() IS
+    'Internal: the setting office.actor as the actor of an event (NULL when unset); anything but {"id": <text of at most 200 characters, or null>, "type": user|agent|system} is 22023.';
+REVOKE EXECUTE ON FUNCTION office._event_actor() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._event_actor() TO office_admin;
+
 CREATE FUNCTION office._tasks_event_assigned() RETURNS trigger
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_actor jsonb := nullif(current_setting('office.actor', true), '')::jsonb;
+    v_actor jsonb := office._event_actor();
 BEGIN
     IF TG_OP = 'INSERT' AND NEW.assignee_agent_profile_id IS NULL THEN
         RETURN NULL;
@@ -64,12 +117,13 @@ BEGIN
                 'previous_agent_profile_id',
                     CASE WHEN TG_OP = 'UPDATE' THEN OLD.assignee_agent_profile_id END,
                 'is_office', NEW.is_office,
-                'actor', v_actor));
+                'actor', v_actor,
+                'db_user', session_user));
     RETURN NULL;
 END
 $$;
 COMMENT ON FUNCTION office._tasks_event_assigned() IS
-    'Trigger: appends task.assigned (task_id, workspace_id, agent_profile_id, assignment_generation, previous_agent_profile_id, is_office, actor) on every write of the assignee and on an insert with one.';
+    'Trigger: appends task.assigned (task_id, workspace_id, agent_profile_id, assignment_generation, previous_agent_profile_id, is_office, actor, db_user) on every write of the assignee and on an insert with one; a malformed office.actor setting is 22023.';
 REVOKE EXECUTE ON FUNCTION office._tasks_event_assigned() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office._tasks_event_assigned() TO office_admin;
 
@@ -114,6 +168,7 @@ BEGIN
     IF claim_events.consumer IS NULL OR claim_events.consumer = '' THEN
         RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'consumer must not be empty';
     END IF;
+    PERFORM office._check_short_text('consumer', claim_events.consumer);
     IF claim_events.max_rows IS NULL OR claim_events.max_rows < 1 THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
             MESSAGE = format('max_rows must be at least 1, not %s', coalesce(claim_events.max_rows::text, 'NULL'));

@@ -61,7 +61,7 @@ AS $$
 DECLARE
     v_agent   text := request_wakeup.agent_profile_id;
     v_reason  text := coalesce(request_wakeup.reason, '');
-    v_payload jsonb := coalesce(request_wakeup.payload, '{}'::jsonb);
+    v_payload jsonb := request_wakeup.payload;
     v_key     text := nullif(request_wakeup.idempotency_key, '');
     v_id      text;
     v_result  office.wakeup_result;
@@ -73,9 +73,13 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = '22023',
             MESSAGE = format('source of the wakeup of agent %s must not be empty', quote_literal(v_agent));
     END IF;
-    IF jsonb_typeof(v_payload) <> 'object' THEN
+    -- The reason becomes the reason of the run it makes (dispatch_wakeup):
+    -- a short word like enqueue_run's; '' means none.
+    PERFORM office._check_short_text('source', request_wakeup.source);
+    PERFORM office._check_short_text('reason', v_reason);
+    IF v_payload IS NULL OR jsonb_typeof(v_payload) <> 'object' THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = format('payload must be a JSON object, not %s', jsonb_typeof(v_payload));
+            MESSAGE = format('payload must be a JSON object, not %s', coalesce(jsonb_typeof(v_payload), 'NULL'));
     END IF;
     IF octet_length(v_payload::text) > 1048576 THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
@@ -116,7 +120,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION office.request_wakeup(text, text, text, jsonb, text) IS
-    'Records a queued wakeup request (NOTIFY office_wakeups unless office.notify = off) or, for a key already requested, (deduped, durable, <holder>) counted on queue wakeup. Empty agent or source, non-object payload, key over 512 characters 22023; unknown agent OFA01.';
+    'Records a queued wakeup request (NOTIFY office_wakeups unless office.notify = off) or, for a key already requested, (deduped, durable, <holder>) counted on queue wakeup. Empty agent or source, a source or reason over 200 characters or with a control character, a NULL or non-object payload, a payload over 1 MiB, a key over 512 characters 22023; unknown agent OFA01.';
 REVOKE EXECUTE ON FUNCTION office.request_wakeup(text, text, text, jsonb, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.request_wakeup(text, text, text, jsonb, text) TO office_producer, office_admin;
 
@@ -226,6 +230,7 @@ CREATE FUNCTION office.fail_wakeup(wakeup_request_id text, reason text) RETURNS 
 AS $$
 #variable_conflict use_column
 BEGIN
+    PERFORM office._check_free_text('reason', fail_wakeup.reason);
     UPDATE office.wakeup_requests w
        SET status = 'failed', reason = coalesce(fail_wakeup.reason, ''), finished_at = now()
      WHERE w.id = fail_wakeup.wakeup_request_id AND w.status = 'queued';
@@ -241,6 +246,6 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION office.fail_wakeup(text, text) IS
-    'queued -> failed with the reason and finished_at; a claimed, coalesced, skipped or failed request is left as it is (false). Unknown request OFR01.';
+    'queued -> failed with the reason and finished_at; a claimed, coalesced, skipped or failed request is left as it is (false). A reason over 64 KiB 22023; unknown request OFR01.';
 REVOKE EXECUTE ON FUNCTION office.fail_wakeup(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.fail_wakeup(text, text) TO office_producer, office_worker, office_admin;

@@ -62,6 +62,10 @@ COMMENT ON TABLE office.routines IS
     'Routines: a task template (a non-empty title makes the routine heavy: fires create tasks; else lightweight: fires wake the assignee), declared variables, a concurrency policy and a catch-up policy.';
 
 CREATE INDEX idx_routines_workspace ON office.routines (workspace_id);
+-- A new agent must not adopt the assignee of a routine of another workspace
+-- (20_agents.sql).
+CREATE INDEX idx_routines_assignee ON office.routines (assignee_agent_profile_id)
+    WHERE assignee_agent_profile_id IS NOT NULL;
 
 CREATE TABLE office.routine_triggers (
     id              text PRIMARY KEY
@@ -336,6 +340,67 @@ COMMENT ON FUNCTION office._check_word(text, text, text[]) IS
 REVOKE EXECUTE ON FUNCTION office._check_word(text, text, text[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office._check_word(text, text, text[]) TO office_admin;
 
+-- A stored JSON document (a template, declared or resolved variables) is at
+-- most 1 MiB as text, like a payload.
+CREATE FUNCTION office._check_document(what text, value jsonb) RETURNS jsonb
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF octet_length(value::text) > 1048576 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('%s is %s bytes, more than 1 MiB (1048576 bytes)', what, octet_length(value::text));
+    END IF;
+    RETURN value;
+END
+$$;
+COMMENT ON FUNCTION office._check_document(text, jsonb) IS
+    'Internal: returns value when it is NULL or at most 1 MiB as text, else raises 22023 naming the argument.';
+REVOKE EXECUTE ON FUNCTION office._check_document(text, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._check_document(text, jsonb) TO office_admin;
+
+-- --- workspaces do not mix (API.md, Conventions) ----------------------------------
+
+-- A routine's assignee is an agent of the routine's workspace (OFW01), for
+-- every client; only a write of the assignee or the workspace is checked (a
+-- routine written before 0.4.0 is not re-checked; officectl doctor lists it).
+-- An agent never changes workspace (20_agents.sql), so no lock is needed.
+CREATE FUNCTION office._routines_same_workspace() RETURNS trigger
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_space text;
+BEGIN
+    SELECT a.workspace_id INTO v_space FROM office.agent_profiles a WHERE a.id = NEW.assignee_agent_profile_id;
+    IF v_space <> NEW.workspace_id THEN
+        RAISE EXCEPTION USING ERRCODE = 'OFW01',
+            MESSAGE = format('routine %s of workspace %s cannot be assigned to agent %s of workspace %s',
+                             quote_literal(NEW.id), quote_literal(NEW.workspace_id),
+                             quote_literal(NEW.assignee_agent_profile_id), quote_literal(v_space));
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION office._routines_same_workspace() IS
+    'Trigger: a routine''s assignee (when written) is an agent of the routine''s workspace, else OFW01 naming both.';
+REVOKE EXECUTE ON FUNCTION office._routines_same_workspace() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._routines_same_workspace() TO office_admin;
+
+CREATE TRIGGER routines_40_same_workspace_insert
+    AFTER INSERT ON office.routines
+    FOR EACH ROW
+    WHEN (NEW.assignee_agent_profile_id IS NOT NULL)
+    EXECUTE FUNCTION office._routines_same_workspace();
+
+CREATE TRIGGER routines_40_same_workspace_update
+    AFTER UPDATE OF workspace_id, assignee_agent_profile_id ON office.routines
+    FOR EACH ROW
+    WHEN (NEW.assignee_agent_profile_id IS NOT NULL
+          AND (NEW.workspace_id IS DISTINCT FROM OLD.workspace_id
+               OR NEW.assignee_agent_profile_id IS DISTINCT FROM OLD.assignee_agent_profile_id))
+    EXECUTE FUNCTION office._routines_same_workspace();
+
 -- --- create_routine, add_routine_trigger ---------------------------------------------
 
 CREATE FUNCTION office.create_routine(workspace_id text, name text, task_template jsonb DEFAULT '{}',
@@ -368,6 +433,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = '22023',
             MESSAGE = format('name of routine %s must not be empty', quote_literal(v_id));
     END IF;
+    PERFORM office._check_free_text('name', create_routine.name);
     PERFORM office._check_word('concurrency_policy', create_routine.concurrency_policy,
                                ARRAY['skip_if_active', 'coalesce_if_active', 'always_create']);
     PERFORM office._check_word('catch_up_policy', create_routine.catch_up_policy,
@@ -381,6 +447,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = '22023',
             MESSAGE = format('task_template must be a JSON object, not %s', jsonb_typeof(v_template));
     END IF;
+    PERFORM office._check_document('task_template', v_template);
     SELECT k INTO v_bad FROM unnest(ARRAY['title', 'description']) AS k
      WHERE jsonb_typeof(v_template -> k) NOT IN ('string', 'null')
      ORDER BY k LIMIT 1;
@@ -389,11 +456,14 @@ BEGIN
             MESSAGE = format('task_template %s must be a JSON string, not %s', v_bad,
                              jsonb_typeof(v_template -> v_bad));
     END IF;
+    PERFORM office._check_free_text('task_template title', v_template ->> 'title');
+    PERFORM office._check_free_text('task_template description', v_template ->> 'description');
     IF jsonb_typeof(v_vars) <> 'object' THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
             MESSAGE = format('variables must be a JSON object {name: {"default": value}}, not %s',
                              jsonb_typeof(v_vars));
     END IF;
+    PERFORM office._check_document('variables', v_vars);
     SELECT v.key INTO v_bad FROM jsonb_each(v_vars) AS v
      WHERE v.key !~ '^[A-Za-z_][A-Za-z0-9_]*$' OR jsonb_typeof(v.value) <> 'object'
      ORDER BY v.key LIMIT 1;
@@ -418,17 +488,24 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'OFA01', MESSAGE = format('agent %s not found', quote_literal(v_assignee));
     END IF;
 
+    -- An assignee of another workspace is refused by the trigger (OFW01); an
+    -- explicit id that exists is 23505 naming it.
     INSERT INTO office.routines AS r (id, workspace_id, name, task_template, assignee_agent_profile_id,
                                       concurrency_policy, catch_up_policy, catch_up_max, variables)
     VALUES (v_id, create_routine.workspace_id, create_routine.name, v_template, v_assignee,
             create_routine.concurrency_policy, create_routine.catch_up_policy, create_routine.catch_up_max,
             v_vars)
+    ON CONFLICT (id) DO NOTHING
     RETURNING r.* INTO v_row;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = '23505',
+            MESSAGE = format('routine %s already exists', quote_literal(v_id));
+    END IF;
     RETURN v_row;
 END
 $$;
 COMMENT ON FUNCTION office.create_routine(text, text, jsonb, text, text, jsonb, text, text, int) IS
-    'Creates an active routine (NULL id: generated). A template {"title", "description"} with a non-empty title makes it heavy (fires create tasks), else lightweight (fires wake the assignee); variables declares {name: {"default": value}}. Unknown policy, bad id/template/variables 22023; unknown assignee OFA01.';
+    'Creates an active routine (NULL id: generated). A template {"title", "description"} with a non-empty title makes it heavy (fires create tasks), else lightweight (fires wake the assignee); variables declares {name: {"default": value}}. Unknown policy, bad id/template/variables, a name, title or description over 64 KiB, a template or variables over 1 MiB 22023; an explicit id that exists 23505; unknown assignee OFA01, an assignee of another workspace OFW01.';
 REVOKE EXECUTE ON FUNCTION office.create_routine(text, text, jsonb, text, text, jsonb, text, text, int) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.create_routine(text, text, jsonb, text, text, jsonb, text, text, int)
     TO office_producer, office_admin;
@@ -450,16 +527,14 @@ BEGIN
     ELSE
         PERFORM office._check_id('routine trigger', v_id);
     END IF;
+    PERFORM office._check_short_text('cron_expression', add_routine_trigger.cron_expression);
     PERFORM office._check_cron_expression(add_routine_trigger.cron_expression);
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_timezone_names z WHERE z.name = v_tz) THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
             MESSAGE = format('unknown time zone %s (expected a name of pg_timezone_names, e.g. ''UTC'' or ''Europe/Paris'')',
                              quote_literal(v_tz));
     END IF;
-    IF add_routine_trigger.next_run_at IS NOT NULL AND NOT isfinite(add_routine_trigger.next_run_at) THEN
-        RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = format('next_run_at must be finite, not %s', add_routine_trigger.next_run_at);
-    END IF;
+    PERFORM office._check_timestamp('next_run_at', add_routine_trigger.next_run_at);
     -- Key share on the routine: it cannot vanish before the insert.
     PERFORM FROM office.routines r WHERE r.id = add_routine_trigger.routine_id FOR KEY SHARE;
     IF NOT FOUND THEN
@@ -470,12 +545,17 @@ BEGIN
     INSERT INTO office.routine_triggers AS t (id, routine_id, kind, cron_expression, timezone, next_run_at)
     VALUES (v_id, add_routine_trigger.routine_id, 'cron', btrim(add_routine_trigger.cron_expression), v_tz,
             add_routine_trigger.next_run_at)
+    ON CONFLICT (id) DO NOTHING
     RETURNING t.* INTO v_row;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = '23505',
+            MESSAGE = format('routine trigger %s already exists', quote_literal(v_id));
+    END IF;
     RETURN v_row;
 END
 $$;
 COMMENT ON FUNCTION office.add_routine_trigger(text, text, text, timestamptz, text) IS
-    'Adds an enabled cron trigger to a routine (NULL id: generated). next_run_at is the first tick to claim; NULL leaves the trigger to be armed by the cron loop (controlplane.routines.fire_due). Invalid cron expression or time zone 22023 naming it; unknown routine OFR01.';
+    'Adds an enabled cron trigger to a routine (NULL id: generated). next_run_at is the first tick to claim; NULL leaves the trigger to be armed by the cron loop (controlplane.routines.fire_due). Invalid cron expression (or one over 200 characters) or time zone, a next_run_at outside 1970-01-01 .. 9999-12-31 22023 naming it; an explicit id that exists 23505; unknown routine OFR01.';
 REVOKE EXECUTE ON FUNCTION office.add_routine_trigger(text, text, text, timestamptz, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.add_routine_trigger(text, text, text, timestamptz, text)
     TO office_producer, office_admin;
@@ -490,8 +570,9 @@ CREATE FUNCTION office.claim_routine_tick(trigger_id text, observed_next_run_at 
 AS $$
 #variable_conflict use_column
 BEGIN
-    IF following_next_run_at IS NULL OR NOT isfinite(following_next_run_at)
-       OR following_next_run_at <= observed_next_run_at THEN
+    PERFORM office._check_timestamp('observed_next_run_at', observed_next_run_at);
+    PERFORM office._check_timestamp('following_next_run_at', following_next_run_at);
+    IF following_next_run_at IS NULL OR following_next_run_at <= observed_next_run_at THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
             MESSAGE = format('following_next_run_at %s must be finite and later than observed_next_run_at %s',
                              coalesce(following_next_run_at::text, 'NULL'),
@@ -521,7 +602,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION office.claim_routine_tick(text, timestamptz, timestamptz) IS
-    'Compare-and-swap on next_run_at: if the enabled trigger''s next_run_at is still observed_next_run_at, advance it to following_next_run_at (stamping last_fired_at) and return true; of N concurrent claimers of one tick exactly one wins. Observed NULL arms an unarmed trigger. Unknown trigger OFR01.';
+    'Compare-and-swap on next_run_at: if the enabled trigger''s next_run_at is still observed_next_run_at, advance it to following_next_run_at (stamping last_fired_at) and return true; of N concurrent claimers of one tick exactly one wins. Observed NULL arms an unarmed trigger. A NULL following tick, one not later than the observed one, or a time outside 1970-01-01 .. 9999-12-31 22023; unknown trigger OFR01.';
 REVOKE EXECUTE ON FUNCTION office.claim_routine_tick(text, timestamptz, timestamptz) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.claim_routine_tick(text, timestamptz, timestamptz)
     TO office_producer, office_worker, office_admin;
@@ -702,16 +783,15 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = '22023',
             MESSAGE = format('variables must be a JSON object {name: value}, not %s', jsonb_typeof(v_given));
     END IF;
+    PERFORM office._check_document('variables', v_given);
     -- The wakeup key it makes must fit the 512 characters of a key.
     IF length('routine:' || v_routine_id || ':' || v_source || ':' || v_explicit) > 512 THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
             MESSAGE = format('explicit_key %s... is %s characters: its routine key would be longer than 512',
                              quote_literal(left(v_explicit, 40)), length(v_explicit));
     END IF;
-    IF dispatch_routine.claimed_tick IS NOT NULL AND NOT isfinite(dispatch_routine.claimed_tick) THEN
-        RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = format('claimed_tick must be finite, not %s', dispatch_routine.claimed_tick);
-    END IF;
+    PERFORM office._check_timestamp('claimed_tick', dispatch_routine.claimed_tick);
+    PERFORM office._check_timestamp('missed_since', dispatch_routine.missed_since);
     IF dispatch_routine.missed_ticks IS NOT NULL AND dispatch_routine.missed_ticks < 0 THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
             MESSAGE = format('missed_ticks must not be negative, not %s', dispatch_routine.missed_ticks);
@@ -749,6 +829,11 @@ BEGIN
     v_title := office._render_template(v_routine.task_template ->> 'title', v_vars, 'title', v_routine_id);
     v_desc := office._render_template(v_routine.task_template ->> 'description', v_vars, 'description',
                                       v_routine_id);
+    -- What the fire stores (the variables as the run's trigger_payload and in
+    -- the wakeup's payload, the title as the task's) within its bounds.
+    PERFORM office._check_document('the resolved variables', v_vars);
+    PERFORM office._check_free_text('the rendered title', v_title);
+    PERFORM office._check_free_text('the rendered description', v_desc);
     v_assignee := v_routine.assignee_agent_profile_id;
     v_heavy := coalesce(v_routine.task_template ->> 'title', '') <> '';
     v_fp := office.routine_fingerprint(v_title, v_desc, coalesce(v_assignee, ''));
@@ -870,7 +955,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION office.dispatch_routine(text, text, jsonb, text, timestamptz, text, int, timestamptz, boolean) IS
-    'Fires a routine: a received run with the fingerprint of the rendered template, last_run_at touched, the policy (skip/coalesce gate with self-heal, heavy routines), then a task (task_created) or a wakeup keyed routine_key(...) and its dispatch (done; already requested: done; dispatch failure: the wakeup and the run failed, returned, not raised). Unknown source, undeclared variable, unfilled placeholder, routine not active 22023; unknown routine or trigger OFR01.';
+    'Fires a routine: a received run with the fingerprint of the rendered template, last_run_at touched, the policy (skip/coalesce gate with self-heal, heavy routines), then a task (task_created) or a wakeup keyed routine_key(...) and its dispatch (done; already requested: done; dispatch failure: the wakeup and the run failed, returned, not raised). Unknown source, undeclared variable, unfilled placeholder, routine not active, variables over 1 MiB, a rendered title or description over 64 KiB, a time outside 1970-01-01 .. 9999-12-31 22023; unknown routine or trigger OFR01.';
 REVOKE EXECUTE ON FUNCTION office.dispatch_routine(text, text, jsonb, text, timestamptz, text, int, timestamptz, boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.dispatch_routine(text, text, jsonb, text, timestamptz, text, int, timestamptz, boolean)
     TO office_producer, office_worker, office_admin;

@@ -47,10 +47,10 @@ CREATE FUNCTION office.due_routine_triggers(at timestamptz DEFAULT now(), max_ro
 AS $$
 #variable_conflict use_column
 BEGIN
-    IF due_routine_triggers.at IS NULL OR NOT isfinite(due_routine_triggers.at) THEN
-        RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = format('at must be a finite time, not %s', coalesce(due_routine_triggers.at::text, 'NULL'));
+    IF due_routine_triggers.at IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'at must be a time, not NULL';
     END IF;
+    PERFORM office._check_timestamp('at', due_routine_triggers.at);
     IF due_routine_triggers.max_rows IS NULL OR due_routine_triggers.max_rows < 1 THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
             MESSAGE = format('max_rows must be at least 1, not %s',
@@ -71,7 +71,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION office.due_routine_triggers(timestamptz, int) IS
-    'The cron loop''s scan: enabled cron triggers of active routines that are not armed yet (next_run_at NULL) or due at the given time, with their routine''s catch-up policy; unarmed first, then oldest due, at most max_rows. NULL or infinite at, max_rows below 1: 22023.';
+    'The cron loop''s scan: enabled cron triggers of active routines that are not armed yet (next_run_at NULL) or due at the given time, with their routine''s catch-up policy; unarmed first, then oldest due, at most max_rows. NULL at or one outside 1970-01-01 .. 9999-12-31, max_rows below 1: 22023.';
 REVOKE EXECUTE ON FUNCTION office.due_routine_triggers(timestamptz, int) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.due_routine_triggers(timestamptz, int)
     TO office_worker, office_reader, office_admin;
@@ -96,6 +96,15 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = '22023',
             MESSAGE = format('observed_next_run_at of trigger %s must not be NULL (arm a trigger with claim_routine_tick)',
                              coalesce(quote_literal(fire_routine_tick.trigger_id), 'NULL'));
+    END IF;
+    -- Every argument is checked before the tick is claimed: a bad one must
+    -- not spend the tick on a dispatch that can only fail.
+    PERFORM office._check_timestamp('observed_next_run_at', fire_routine_tick.observed_next_run_at);
+    PERFORM office._check_timestamp('following_next_run_at', fire_routine_tick.following_next_run_at);
+    PERFORM office._check_timestamp('missed_since', fire_routine_tick.missed_since);
+    IF fire_routine_tick.missed_ticks < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('missed_ticks must not be negative, not %s', fire_routine_tick.missed_ticks);
     END IF;
     -- A trigger another daemon is claiming right now is its business.
     SELECT t.routine_id INTO v_routine
@@ -147,7 +156,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION office.fire_routine_tick(text, timestamptz, timestamptz, int, timestamptz, boolean) IS
-    'The cron loop''s step for one due tick, in one transaction: claim_routine_tick(observed -> following) and, for the winner, dispatch_routine(source cron, claimed_tick = observed, the catch-up values). A trigger being claimed by another transaction is skipped (claimed false, no wait). A dispatch that raises keeps the claim and is returned with error_message and error_sqlstate. NULL observed tick 22023; unknown trigger OFR01.';
+    'The cron loop''s step for one due tick, in one transaction: claim_routine_tick(observed -> following) and, for the winner, dispatch_routine(source cron, claimed_tick = observed, the catch-up values). A trigger being claimed by another transaction is skipped (claimed false, no wait). A dispatch that raises keeps the claim and is returned with error_message and error_sqlstate. NULL observed tick, a time outside 1970-01-01 .. 9999-12-31, negative missed_ticks 22023 (before anything is claimed); unknown trigger OFR01.';
 REVOKE EXECUTE ON FUNCTION office.fire_routine_tick(text, timestamptz, timestamptz, int, timestamptz, boolean)
     FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.fire_routine_tick(text, timestamptz, timestamptz, int, timestamptz, boolean)

@@ -40,9 +40,9 @@ def test_upsert_agent_updates_an_existing_agent(db: Conn) -> None:
     db.execute("UPDATE office.agent_profiles SET updated_at = now() - interval '1 hour'")
     row = db.execute(
         "SELECT id, workspace_id, name, status, updated_at > created_at"
-        "  FROM office.upsert_agent('agent-1', 'ws-2', 'second', 'running')"
+        "  FROM office.upsert_agent('agent-1', 'ws-1', 'second', 'running')"
     ).fetchone()
-    assert row == ("agent-1", "ws-2", "second", "running", True)
+    assert row == ("agent-1", "ws-1", "second", "running", True)
     assert agent_count(db) == 1
 
 
@@ -141,3 +141,73 @@ def test_a_producer_manages_agents_and_a_reader_cannot(db: Conn) -> None:
     assert db.execute("SELECT id, status FROM office.agent_profiles").fetchall() == [
         ("a1", "paused")
     ]
+
+
+# --- bounds and workspaces (API.md Conventions) ---------------------------------
+
+
+def test_a_name_over_64_kib_is_22023_and_writes_nothing(db: Conn) -> None:
+    assert sqlstate_of(db, "SELECT office.upsert_agent('a1', 'w1', %s)", ["x" * 65537]) == "22023"
+    assert agent_count(db) == 0
+    db.execute("SELECT office.upsert_agent('a1', 'w1', %s)", ["x" * 65536])
+    assert agent_count(db) == 1
+
+
+def test_upsert_agent_never_moves_an_agent_to_another_workspace(db: Conn) -> None:
+    db.execute("SELECT office.upsert_agent('a1', 'w1', 'first')")
+    with pytest.raises(psycopg.Error) as caught:
+        db.execute("SELECT office.upsert_agent('a1', 'w2', 'second')")
+    assert caught.value.sqlstate == "OFW01"
+    assert "'a1'" in str(caught.value) and "'w1'" in str(caught.value)
+    assert "'w2'" in str(caught.value)
+    stored = db.execute("SELECT workspace_id, name FROM office.agent_profiles").fetchall()
+    assert stored == [("w1", "first")]
+
+
+def test_a_plain_update_never_moves_an_agent_either(db: Conn) -> None:
+    db.execute("SELECT office.upsert_agent('a1', 'w1')")
+    state = sqlstate_of(db, "UPDATE office.agent_profiles SET workspace_id = 'w2' WHERE id = 'a1'")
+    assert state == "OFW01"
+    # Writing the workspace it already has is no move.
+    db.execute("UPDATE office.agent_profiles SET workspace_id = 'w1', name = 'n' WHERE id = 'a1'")
+
+
+def test_a_new_agent_cannot_adopt_an_assignee_of_another_workspace(db: Conn) -> None:
+    # Plain SQL may name an agent that does not exist yet.
+    db.execute(
+        "INSERT INTO office.tasks (id, workspace_id, assignee_agent_profile_id)"
+        " VALUES ('t1', 'w1', 'ghost')"
+    )
+    db.execute(
+        "INSERT INTO office.routines (id, workspace_id, name, assignee_agent_profile_id)"
+        " VALUES ('r1', 'w3', 'n', 'phantom')"
+    )
+    assert sqlstate_of(db, "SELECT office.upsert_agent('ghost', 'w2')") == "OFW01"
+    assert (
+        sqlstate_of(
+            db, "INSERT INTO office.agent_profiles (id, workspace_id) VALUES ('phantom', 'w2')"
+        )
+        == "OFW01"
+    )
+    db.execute("SELECT office.upsert_agent('other', 'w2')")
+    assert (
+        sqlstate_of(db, "UPDATE office.agent_profiles SET id = 'ghost' WHERE id = 'other'")
+        == "OFW01"
+    )
+    # In the right workspace it is welcome.
+    db.execute("SELECT office.upsert_agent('ghost', 'w1')")
+    db.execute("SELECT office.upsert_agent('phantom', 'w3')")
+    assert agent_count(db) == 3
+
+
+def test_an_agent_with_rows_from_before_the_upgrade_can_still_be_upserted(db: Conn) -> None:
+    db.execute("SELECT office.upsert_agent('a1', 'w1')")
+    # A cross-workspace row written before 0.4.0 (triggers off, as a restore would).
+    db.execute("SET session_replication_role = replica")
+    db.execute(
+        "INSERT INTO office.tasks (id, workspace_id, assignee_agent_profile_id)"
+        " VALUES ('t1', 'w2', 'a1')"
+    )
+    db.execute("SET session_replication_role = origin")
+    row = db.execute("SELECT status FROM office.upsert_agent('a1', 'w1', '', 'paused')").fetchone()
+    assert row == ("paused",)

@@ -316,3 +316,19 @@ def test_a_terminal_to_terminal_move_wakes_again_under_the_same_key(dependent: C
 def test_one_statement_completing_both_blockers_gives_one_run(dependent: Conn) -> None:
     dependent.execute("UPDATE office.tasks SET state = 'COMPLETED' WHERE id IN ('B1', 'B2')")
     assert resolved_keys(dependent) == [keys.blockers_resolved_key("T", ["B1", "B2"])]
+
+
+def test_an_edge_joins_tasks_of_one_workspace_through_every_path(dependent: Conn) -> None:
+    create(dependent, "X", workspace="w2")
+    before = footprint(dependent)
+    assert sqlstate_of(dependent, "add_blocker", task_id="X", blocker_task_id="B1") == "OFW01"
+    for statement in (
+        "INSERT INTO office.task_blockers (task_id, blocker_task_id) VALUES ('B1', 'X')",
+        "UPDATE office.task_blockers SET blocker_task_id = 'X' WHERE blocker_task_id = 'B1'",
+    ):
+        with pytest.raises(psycopg.Error) as caught:
+            dependent.execute(statement)
+        assert caught.value.sqlstate == "OFW01", statement
+        assert "'w1'" in str(caught.value) and "'w2'" in str(caught.value)
+    assert footprint(dependent) == before
+    assert edges(dependent) == [("T", "B1"), ("T", "B2")]

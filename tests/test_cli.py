@@ -475,7 +475,7 @@ def test_doctor_passes_on_a_fresh_database(dsn: str) -> None:
     assert code == 0 and report["ok"] is True, report
     assert _problems(report) == []
     checks = {f["check"] for f in report["findings"]}
-    assert checks == {"version", "indexes", "roles", "grants", "settings", "probes"}
+    assert checks == {"version", "indexes", "roles", "grants", "settings", "probes", "workspaces"}
     version = next(f for f in report["findings"] if f["check"] == "version")
     assert schema.current_version() in version["detail"]
     indexes = " ".join(f["detail"] for f in report["findings"] if f["check"] == "indexes")
@@ -489,6 +489,37 @@ def test_doctor_passes_on_a_fresh_database(dsn: str) -> None:
 
     table = officectl(dsn, "doctor")
     assert table.returncode == 0 and "no problems found" in table.stdout
+
+
+def test_doctor_lists_cross_workspace_rows_from_before_the_upgrade(
+    dsn: str, db: psycopg.Connection[Any]
+) -> None:
+    db.execute("SELECT office.upsert_agent('a1', 'w1'), office.upsert_agent('a2', 'w2')")
+    db.execute("SELECT office.create_task('w1', 'p1'), office.create_task('w1', 'b1')")
+    # What 0.3.0 allowed, written with the triggers off (as a restore would).
+    db.execute("SET session_replication_role = replica")
+    db.execute(
+        "INSERT INTO office.tasks (id, workspace_id, parent_id, assignee_agent_profile_id)"
+        " VALUES ('c1', 'w2', 'p1', 'a1'), ('c2', 'w2', 'p1', 'a2')"
+    )
+    db.execute("INSERT INTO office.task_blockers (task_id, blocker_task_id) VALUES ('c2', 'b1')")
+    db.execute(
+        "INSERT INTO office.routines (id, workspace_id, name, assignee_agent_profile_id)"
+        " VALUES ('r1', 'w2', 'n', 'a1')"
+    )
+    db.execute("SET session_replication_role = origin")
+    code, report = _doctor(dsn)
+    assert code == 0 and report["ok"] is True  # warnings: the rows are legal leftovers
+    found = sorted(f["detail"] for f in report["findings"] if f["check"] == "workspaces")
+    assert found == [
+        "1 routine assignee reference(s) across workspaces, written before 0.4.0:"
+        " r1 (w2) -> a1 (w1)",
+        "1 task assignee reference(s) across workspaces, written before 0.4.0: c1 (w2) -> a1 (w1)",
+        "1 task blocker reference(s) across workspaces, written before 0.4.0: c2 (w2) -> b1 (w1)",
+        "2 task parent reference(s) across workspaces, written before 0.4.0:"
+        " c1 (w2) -> p1 (w1); c2 (w2) -> p1 (w1)",
+    ]
+    assert all(f["status"] == "warning" for f in report["findings"] if f["check"] == "workspaces")
 
 
 def test_doctor_finds_a_dropped_dedup_index(dsn: str, db: psycopg.Connection[Any]) -> None:

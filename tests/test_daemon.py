@@ -706,6 +706,42 @@ def test_fire_routine_tick_keeps_the_claim_when_the_dispatch_fails(
     )
 
 
+def test_fire_routine_tick_refuses_bad_arguments_before_claiming(
+    db: psycopg.Connection[Any],
+) -> None:
+    """A bad argument is 22023 and never spends the tick."""
+    db.execute("SELECT office.upsert_agent('agent-f', 'ws')")
+    db.execute(
+        "SELECT office.create_routine('ws', 'r', id => 'r', assignee_agent_profile_id => 'agent-f')"
+    )
+    tick = datetime.now(UTC) - timedelta(minutes=1)
+    db.execute(
+        "SELECT office.add_routine_trigger('r', '* * * * *', 'UTC', %s, id => 'tr')", (tick,)
+    )
+    later = tick + timedelta(minutes=1)
+    for args, named in [
+        ((tick, later, None, "4713-01-01 BC"), "missed_since"),
+        ((tick, later, -1, None), "missed_ticks"),
+        ((tick, "infinity", None, None), "following_next_run_at"),
+        (("4713-01-01 BC", later, None, None), "observed_next_run_at"),
+    ]:
+        with pytest.raises(psycopg.Error, match=named) as caught:
+            db.execute(
+                "SELECT * FROM office.fire_routine_tick('tr', %s, %s, missed_ticks => %s,"
+                " missed_since => %s)",
+                args,
+            )
+        assert caught.value.sqlstate == "22023"
+    assert scalar(
+        db, "SELECT next_run_at = %s FROM office.routine_triggers WHERE id = 'tr'", (tick,)
+    )
+    assert scalar(db, "SELECT count(*) FROM office.routine_runs") == 0
+    for at in ("4713-01-01 BC", "infinity", None):
+        with pytest.raises(psycopg.Error) as caught:
+            db.execute("SELECT * FROM office.due_routine_triggers(%s)", (at,))
+        assert caught.value.sqlstate == "22023"
+
+
 def test_dispatch_queued_wakeups_waits_for_paused_agents_and_fails_missing_ones(
     db: psycopg.Connection[Any],
 ) -> None:

@@ -84,6 +84,7 @@ def test_every_assignee_write_is_an_event_with_its_generation(db: Conn) -> None:
         "previous_agent_profile_id",
         "is_office",
         "actor",
+        "db_user",
     }
 
 
@@ -225,3 +226,89 @@ def test_bad_input_is_22023_and_claims_nothing(
         scalar(db, "SELECT count(*) FROM office.events WHERE claimed_by IS NULL"),
     )
     assert after == before
+
+
+# --- the actor (API.md §6) ----------------------------------------------------------------
+
+
+def test_the_actor_is_what_the_caller_claims_and_db_user_who_it_is(db: Conn) -> None:
+    agent(db, "A")
+    create(db, "T")
+    assign(db, "T", "A", actor_id="ops", actor_type="system")
+    db.execute("DROP ROLE IF EXISTS office_test_events_login")
+    db.execute("CREATE ROLE office_test_events_login LOGIN IN ROLE office_producer")
+    try:
+        with psycopg.connect(
+            db.info.dsn, user="office_test_events_login", autocommit=True
+        ) as other:
+            # Anyone may claim to be root; db_user says who wrote it.
+            assign(other, "T", None, actor_id="root", actor_type="system")
+    finally:
+        db.execute("DROP ROLE office_test_events_login")
+    db.execute("UPDATE office.tasks SET assignee_agent_profile_id = 'A' WHERE id = 'T'")
+    user = scalar(db, "SELECT session_user")
+    payloads = [e["payload"] for e in events(db, "task.assigned")]
+    assert [(p["actor"], p["db_user"]) for p in payloads] == [
+        ({"id": "ops", "type": "system"}, user),
+        ({"id": "root", "type": "system"}, "office_test_events_login"),
+        (None, user),
+    ]
+
+
+BAD_ACTORS = [
+    "[" * 3000 + "]" * 3000,
+    '{"id": ' + "[" * 900 + "]" * 900 + ', "type": "user"}',
+    "[]",
+    '"root"',
+    "not json",
+    '{"id": "root"}',
+    '{"id": "root", "type": "root"}',
+    '{"id": "root", "type": "user", "role": "superuser"}',
+    '{"id": 7, "type": "user"}',
+    '{"id": "' + "r" * 201 + '", "type": "user"}',
+    '{"id": "r\\u0001", "type": "user"}',
+]
+
+
+@pytest.mark.parametrize("actor", BAD_ACTORS, ids=range(len(BAD_ACTORS)))
+def test_a_malformed_office_actor_is_22023_and_writes_nothing(db: Conn, actor: str) -> None:
+    agent(db, "A")
+    create(db, "T")
+    before = footprint(db)
+    db.execute("SELECT set_config('office.actor', %s, false)", [actor])
+    try:
+        for write in (
+            lambda: db.execute(
+                "UPDATE office.tasks SET assignee_agent_profile_id = 'A' WHERE id = 'T'"
+            ),
+            lambda: create(db, "U", assignee_agent_profile_id="A"),
+        ):
+            with pytest.raises(psycopg.Error) as caught:
+                write()
+            assert caught.value.sqlstate == "22023"
+            assert "office.actor" in str(caught.value)
+            assert footprint(db) == before
+        # assign_task claims its own actor, whatever the session says.
+        assign(db, "T", "A", actor_id="u1")
+    finally:
+        db.execute("RESET office.actor")
+    assert events(db, "task.assigned")[-1]["payload"]["actor"] == {"id": "u1", "type": "user"}
+
+
+def test_a_well_formed_office_actor_with_a_null_id_is_accepted(db: Conn) -> None:
+    agent(db, "A")
+    create(db, "T")
+    db.execute("""SET office.actor = '{"type": "agent", "id": null}'""")
+    try:
+        db.execute("UPDATE office.tasks SET assignee_agent_profile_id = 'A' WHERE id = 'T'")
+    finally:
+        db.execute("RESET office.actor")
+    assert events(db, "task.assigned")[-1]["payload"]["actor"] == {"id": None, "type": "agent"}
+
+
+def test_a_consumer_is_a_short_word(db: Conn) -> None:
+    some_events(db, 1)
+    for consumer in ("c" * 201, "c\n1"):
+        assert sqlstate_of(db, "claim_events", consumer=consumer) == "22023"
+    assert scalar(db, "SELECT count(*) FROM office.events WHERE claimed_by IS NOT NULL") == 0
+    assert len(claim(db, "c" * 200)) == 1

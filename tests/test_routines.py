@@ -645,6 +645,24 @@ def test_catch_up_values_are_recorded_and_carried(light: Conn) -> None:
         ({"task_template": '{"title": 5}'}, "task_template title must be a JSON string"),
         ({"variables": '{"a": 1}'}, "variable 'a' must be an identifier"),
         ({"variables": '{"a-b": {}}'}, "variable 'a-b' must be an identifier"),
+        # Bounds on what is stored (API.md Conventions).
+        ({"name": "n" * 65537}, "name is 65537 bytes, more than 64 KiB"),
+        (
+            {"task_template": json.dumps({"title": "t" * 65537})},
+            "task_template title is 65537 bytes",
+        ),
+        (
+            {"task_template": json.dumps({"title": "t", "description": "d" * 65537})},
+            "task_template description is",
+        ),
+        (
+            {"task_template": json.dumps({"x": "x" * 1048576})},
+            "task_template is .* more than 1 MiB",
+        ),
+        (
+            {"variables": json.dumps({"a": {"default": "x" * 1048576}})},
+            "variables is .* more than 1 MiB",
+        ),
     ],
 )
 def test_create_routine_refuses_bad_input(db: Conn, args: dict[str, Any], message: str) -> None:
@@ -796,3 +814,81 @@ def test_roles_reach_routines_through_functions_only(heavy: Conn) -> None:
             heavy.execute("SELECT office.create_routine('w1', 'n')")
     finally:
         heavy.execute("RESET ROLE")
+
+
+# --- explicit ids, time bounds, workspaces (API.md Conventions) ---------------------------------
+
+
+def test_an_explicit_id_that_exists_is_23505_naming_it(light: Conn) -> None:
+    before = nothing_written(light)
+    with raises("23505", "routine 'L' already exists"):
+        routine(light, "L")
+    with raises("23505", "routine trigger 't1' already exists"):
+        call(light, "add_routine_trigger", routine_id="L", cron_expression="* * * * *", id="t1")
+    assert nothing_written(light) == before
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["4713-01-01 BC", "infinity", "-infinity", "1969-12-31 23:59:59+00", "10000-01-01 00:00+00"],
+)
+def test_times_outside_1970_9999_are_22023_naming_the_argument(light: Conn, bad: str) -> None:
+    before = nothing_written(light)
+    with raises("22023", "next_run_at must be a time from 1970-01-01 to 9999-12-31"):
+        call(
+            light,
+            "add_routine_trigger",
+            routine_id="L",
+            cron_expression="* * * * *",
+            next_run_at=bad,
+        )
+    with raises("22023", "following_next_run_at must be a time"):
+        light.execute("SELECT office.claim_routine_tick('t1', NULL, %s)", [bad])
+    with raises("22023", "observed_next_run_at must be a time"):
+        light.execute("SELECT office.claim_routine_tick('t1', %s, '2030-01-01')", [bad])
+    with raises("22023", "claimed_tick must be a time"):
+        fire(light, "L", "cron", trigger_id="t1", claimed_tick=bad)
+    with raises("22023", "missed_since must be a time"):
+        fire(light, "L", "cron", trigger_id="t1", missed_since=bad)
+    assert nothing_written(light) == before
+
+
+def test_a_cron_expression_is_at_most_200_characters(light: Conn) -> None:
+    long = ",".join(["0"] * 101) + " * * * *"
+    with raises("22023", "cron_expression .* more than 200"):
+        call(light, "add_routine_trigger", routine_id="L", cron_expression=long)
+
+
+def test_a_fire_that_would_store_too_much_is_22023_and_writes_nothing(heavy: Conn) -> None:
+    before = nothing_written(heavy)
+    with raises("22023", "the rendered title is .* more than 64 KiB"):
+        fire(heavy, variables={"day": "d" * 65536})
+    with raises("22023", "variables is .* more than 1 MiB"):
+        fire(heavy, variables={"day": "d" * 1048576})
+    assert nothing_written(heavy) == before
+
+
+def test_a_routine_assignee_is_an_agent_of_its_workspace(db: Conn) -> None:
+    agent(db, "agent-1")
+    agent(db, "agent-2", workspace="w2")
+    with raises(
+        "OFW01",
+        "routine 'R' of workspace 'w1' cannot be assigned to agent 'agent-2' of workspace 'w2'",
+    ):
+        routine(db, assignee="agent-2")
+    routine(db)
+    for statement in (
+        "UPDATE office.routines SET assignee_agent_profile_id = 'agent-2' WHERE id = 'R'",
+        "UPDATE office.routines SET workspace_id = 'w3' WHERE id = 'R'",
+        "INSERT INTO office.routines (id, workspace_id, name, assignee_agent_profile_id)"
+        " VALUES ('R2', 'w2', 'n', 'agent-1')",
+    ):
+        with pytest.raises(psycopg.Error) as caught:
+            db.execute(statement)
+        assert caught.value.sqlstate == "OFW01", statement
+    assert counts(db, "routines") == 1
+    # A routine written before the upgrade keeps its assignee until it changes.
+    db.execute("SET session_replication_role = replica")
+    db.execute("UPDATE office.routines SET workspace_id = 'w2' WHERE id = 'R'")
+    db.execute("SET session_replication_role = origin")
+    db.execute("UPDATE office.routines SET name = 'renamed', status = 'paused' WHERE id = 'R'")

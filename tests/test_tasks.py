@@ -467,6 +467,7 @@ def populated(db: Conn) -> Conn:
     agent(db, "A")
     create(db, "T", workflow_step_id="s", assignee_agent_profile_id="A")
     create(db, "U")
+    create(db, "V", workspace="w2")
     return db
 
 
@@ -501,6 +502,27 @@ BAD_CALLS: list[tuple[str, str, dict[str, Any]]] = [
     ("OFT01", "create_task", {"workspace_id": "w1", "parent_id": "nope"}),
     ("OFA01", "create_task", {"workspace_id": "w1", "assignee_agent_profile_id": "ghost"}),
     ("23505", "create_task", {"workspace_id": "w1", "id": "T"}),
+    # Bounds on what is stored (API.md Conventions).
+    ("22023", "create_task", {"workspace_id": "w1", "title": "x" * 65537}),
+    ("22023", "create_task", {"workspace_id": "w1", "title": "é" * 32769}),
+    ("22023", "create_task", {"workspace_id": "w1", "workflow_step_id": "s" * 201}),
+    ("22023", "create_task", {"workspace_id": "w1", "workflow_step_id": "s\n1"}),
+    (
+        "22023",
+        "assign_task",
+        {"task_id": "T", "assignee_agent_profile_id": "A", "actor_id": "u" * 201},
+    ),
+    (
+        "22023",
+        "assign_task",
+        {"task_id": "T", "assignee_agent_profile_id": "A", "actor_id": "u\x01"},
+    ),
+    # Workspaces do not mix.
+    ("OFW01", "create_task", {"workspace_id": "w2", "parent_id": "T"}),
+    ("OFW01", "create_task", {"workspace_id": "w2", "assignee_agent_profile_id": "A"}),
+    ("OFW01", "assign_task", {"task_id": "V", "assignee_agent_profile_id": "A"}),
+    ("OFW01", "add_blocker", {"task_id": "T", "blocker_task_id": "V"}),
+    ("OFW01", "add_blocker", {"task_id": "V", "blocker_task_id": "U"}),
 ]
 
 
@@ -521,6 +543,29 @@ def test_messages_name_the_offending_value(populated: Conn) -> None:
         ("move_task", {"task_id": "nope", "state": "TODO"}, "'nope'"),
         ("assign_task", {"task_id": "T", "assignee_agent_profile_id": "ghost"}, "'ghost'"),
         ("create_task", {"workspace_id": "w1", "parent_id": "nope"}, "'nope'"),
+        ("create_task", {"workspace_id": "w1", "id": "T"}, "task 'T' already exists"),
+        ("create_task", {"workspace_id": "w1", "title": "x" * 65537}, "title"),
+        ("create_task", {"workspace_id": "w1", "workflow_step_id": "s" * 201}, "workflow_step_id"),
+        (
+            "create_task",
+            {"workspace_id": "w2", "parent_id": "T", "id": "C"},
+            "task 'C' of workspace 'w2' cannot have parent task 'T' of workspace 'w1'",
+        ),
+        (
+            "assign_task",
+            {"task_id": "V", "assignee_agent_profile_id": "A"},
+            "task 'V' of workspace 'w2' cannot be assigned to agent 'A' of workspace 'w1'",
+        ),
+        (
+            "add_blocker",
+            {"task_id": "T", "blocker_task_id": "V"},
+            "task 'T' of workspace 'w1' cannot be blocked by task 'V' of workspace 'w2'",
+        ),
+        (
+            "assign_task",
+            {"task_id": "T", "assignee_agent_profile_id": "A", "actor_id": "u" * 201},
+            "actor_id",
+        ),
     ]
     for function, args, value in cases:
         with pytest.raises(psycopg.Error) as caught:
@@ -601,3 +646,67 @@ def test_a_producer_role_can_drive_tasks_without_table_privileges(db: Conn) -> N
                 db.execute("SELECT * FROM office.tasks")
     finally:
         db.execute("DROP ROLE office_test_producer_login")
+
+
+# --- workspaces do not mix, through plain SQL (API.md Conventions) ------------------------
+
+
+def test_plain_sql_cannot_cross_workspaces(populated: Conn) -> None:
+    db = populated
+    cases = [
+        "INSERT INTO office.tasks (id, workspace_id, parent_id) VALUES ('C', 'w2', 'T')",
+        "INSERT INTO office.tasks (id, workspace_id, assignee_agent_profile_id)"
+        " VALUES ('C', 'w2', 'A')",
+        "UPDATE office.tasks SET parent_id = 'T' WHERE id = 'V'",
+        "UPDATE office.tasks SET assignee_agent_profile_id = 'A' WHERE id = 'V'",
+        "UPDATE office.tasks SET workspace_id = 'w2' WHERE id = 'T'",  # its assignee stays in w1
+        "INSERT INTO office.task_blockers (task_id, blocker_task_id) VALUES ('V', 'U')",
+    ]
+    for statement in cases:
+        before = footprint(db)
+        with pytest.raises(psycopg.Error) as caught:
+            db.execute(statement)
+        assert caught.value.sqlstate == "OFW01", statement
+        assert footprint(db) == before, statement
+
+
+def test_a_task_moves_only_with_everything_it_references(populated: Conn) -> None:
+    db = populated
+    create(db, "P")
+    create(db, "C", parent_id="P")
+    create(db, "B")
+    call(db, "add_blocker", task_id="P", blocker_task_id="B")
+    for statement, named in [
+        ("UPDATE office.tasks SET workspace_id = 'w2' WHERE id = 'P'", "child task 'C'"),
+        ("UPDATE office.tasks SET workspace_id = 'w2' WHERE id = 'C'", "parent task 'P'"),
+        ("UPDATE office.tasks SET workspace_id = 'w2' WHERE id IN ('P', 'C')", "task 'B'"),
+    ]:
+        with pytest.raises(psycopg.Error) as caught:
+            db.execute(statement)
+        assert caught.value.sqlstate == "OFW01"
+        assert named in str(caught.value) and "'w2'" in str(caught.value)
+    # The whole connected set in one statement is consistent.
+    db.execute("UPDATE office.tasks SET workspace_id = 'w2' WHERE id IN ('P', 'C', 'B')")
+    assert scalar(db, "SELECT count(*) FROM office.tasks WHERE workspace_id = 'w2'") == 4
+
+
+def test_rows_from_before_the_upgrade_are_not_rechecked(populated: Conn) -> None:
+    db = populated
+    # Cross-workspace rows as 0.3.0 allowed them (written with triggers off).
+    db.execute("SET session_replication_role = replica")
+    db.execute(
+        "INSERT INTO office.tasks (id, workspace_id, parent_id, assignee_agent_profile_id)"
+        " VALUES ('L', 'w2', 'T', 'A')"
+    )
+    db.execute("INSERT INTO office.task_blockers (task_id, blocker_task_id) VALUES ('L', 'U')")
+    db.execute("SET session_replication_role = origin")
+    # Writes that leave those references alone go through...
+    move(db, "L", "IN_PROGRESS")
+    db.execute("UPDATE office.tasks SET title = 'renamed', parent_id = 'T' WHERE id = 'L'")
+    assert assign(db, "L", "A")["assignment_generation"] == 1
+    move(db, "U", "COMPLETED")
+    # ... a new reference does not.
+    create(db, "T2")
+    with pytest.raises(psycopg.Error) as caught:
+        db.execute("UPDATE office.tasks SET parent_id = 'T2' WHERE id = 'L'")
+    assert caught.value.sqlstate == "OFW01"

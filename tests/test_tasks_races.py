@@ -294,3 +294,58 @@ def test_the_blockers_spec_fails_without_the_lock(tmp_path: Path) -> None:
     assert not result.passed
     assert "+(0 rows)" in result.diffs  # nobody woken: the lost wake
     assert "-step s2_done: <... completed>" in result.diffs  # the lock made s2 wait
+
+
+# --- workspaces: a move never lets a new reference slip in ------------------------------------
+
+
+def _in_thread(conn: Conn, statement: str, outcome: list[BaseException | None]) -> threading.Thread:
+    def run() -> None:
+        try:
+            conn.execute(statement)
+            conn.commit()
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+            conn.rollback()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def _until_waiting(db: Conn, thread: threading.Thread) -> None:
+    """Until some backend waits for a lock (the thread's statement)."""
+    while thread.is_alive():
+        row = db.execute("SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()
+        if row != (0,):
+            return
+
+
+@pytest.mark.parametrize("first", ["child", "move"])
+def test_a_child_and_a_move_of_its_parent_never_both_commit(db: Conn, dsn: str, first: str) -> None:
+    """A child created in w1 while its parent moves to w2: whichever commits
+    first wins, the other is OFW01 (the foreign key's key-share lock on the
+    parent and the move's FOR UPDATE of its own row order them)."""
+    create(db, "P")
+    statements = {
+        "child": "INSERT INTO office.tasks (id, workspace_id, parent_id) VALUES ('C', 'w1', 'P')",
+        "move": "UPDATE office.tasks SET workspace_id = 'w2' WHERE id = 'P'",
+    }
+    second = "move" if first == "child" else "child"
+    holder = psycopg.connect(dsn)
+    waiter = psycopg.connect(dsn)
+    try:
+        holder.execute(statements[first])  # uncommitted
+        outcome: list[BaseException | None] = []
+        thread = _in_thread(waiter, statements[second], outcome)
+        _until_waiting(db, thread)
+        holder.commit()
+        thread.join(30)
+        [error] = outcome
+        assert isinstance(error, psycopg.Error) and error.sqlstate == "OFW01", error
+    finally:
+        holder.close()
+        waiter.close()
+    rows = db.execute("SELECT id, workspace_id FROM office.tasks ORDER BY id").fetchall()
+    assert rows == ([("C", "w1"), ("P", "w1")] if first == "child" else [("P", "w2")])

@@ -30,6 +30,7 @@ from controlplane.errors import (
     RoutineNotFound,
     TaskNotFound,
     UniqueViolationError,
+    WorkspaceMismatch,
     wrap_exceptions,
 )
 from controlplane.models import DedupKind, DedupQueue, QueueOutcome
@@ -43,6 +44,7 @@ TYPED: list[tuple[str, type[OfficeError]]] = [
     ("OFA02", AgentNotAcceptingRuns),
     ("OFT01", TaskNotFound),
     ("OFR01", RoutineNotFound),
+    ("OFW01", WorkspaceMismatch),
 ]
 
 

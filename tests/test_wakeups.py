@@ -349,6 +349,12 @@ def test_request_wakeup_stores_the_request(db: Conn) -> None:
         ("OFA01", {"agent_profile_id": "ghost"}, "agent 'ghost' not found"),
         ("22023", {"payload": "[]"}, "payload must be a JSON object"),
         ("22023", {"idempotency_key": "k" * 513}, "more than 512"),
+        ("22023", {"payload": None}, "payload must be a JSON object, not NULL"),
+        ("22023", {"payload": json.dumps({"x": "x" * 1048576})}, "more than 1 MiB"),
+        ("22023", {"reason": "r" * 3000}, "reason 'r.*' is 3000 characters, more than 200"),
+        ("22023", {"reason": "r\x01"}, "reason .* contains a control character"),
+        ("22023", {"source": "s" * 201}, "source .* is 201 characters"),
+        ("22023", {"source": "s\t"}, "(?s)source .* contains a control character"),
     ],
 )
 def test_request_wakeup_refuses_bad_input(
@@ -381,3 +387,13 @@ def test_a_new_request_notifies_unless_office_notify_is_off(db: Conn, dsn: str) 
         loud = request(db)["wakeup_request_id"]
         note = next(listener.notifies(timeout=30))
     assert (note.channel, note.payload) == ("office_wakeups", loud)
+
+
+def test_fail_wakeup_keeps_a_reason_of_at_most_64_kib(db: Conn) -> None:
+    agent(db, "agent-1")
+    request_id = request(db, "user")["wakeup_request_id"]
+    with raises("22023", "reason is 65537 bytes, more than 64 KiB"):
+        fail(db, request_id, "r" * 65537)
+    assert wakeup(db, request_id)["status"] == "queued"
+    assert fail(db, request_id, "r" * 65536)
+    assert wakeup(db, request_id)["reason"] == "r" * 65536
