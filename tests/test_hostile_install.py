@@ -328,14 +328,52 @@ def _drop_everything(admin: psycopg.Connection[Any]) -> None:
 @dataclass
 class Planted:
     plan: Plan
-    created: int
+    statements: list[str]
     refused: list[str]
+
+
+def _create_database(name: str, template: str) -> None:
+    with _connect(harness.conninfo("postgres")) as admin:
+        admin.execute(
+            sql.SQL("CREATE DATABASE {} TEMPLATE {} OWNER {}").format(
+                sql.Identifier(name), sql.Identifier(template), sql.Identifier(OWNER)
+            )
+        )
+
+
+def plant(dbname: str, statements: list[str]) -> list[str]:
+    """Plant the look-alikes in public as the attacker, who may create only
+    there; return the statements PostgreSQL refused."""
+    refused = []
+    with _connect(harness.conninfo(dbname)) as conn:
+        conn.execute(
+            sql.SQL("GRANT CREATE ON SCHEMA public TO {}").format(sql.Identifier(ATTACKER))
+        )
+        conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(ATTACKER)))
+        conn.execute(RECORDER)
+        for statement in statements:
+            try:
+                conn.execute(statement)
+            except psycopg.Error as exc:
+                refused.append(f"{statement[:120]}: {exc}")
+    return refused
+
+
+def make_hostile(dbname: str) -> None:
+    """The database's own search_path puts public first."""
+    with _connect(harness.conninfo("postgres")) as admin:
+        admin.execute(
+            sql.SQL("ALTER DATABASE {} SET search_path = {}").format(
+                sql.Identifier(dbname), sql.SQL(HOSTILE_PATH)
+            )
+        )
 
 
 @pytest.fixture(scope="module")
 def planted() -> Iterator[Planted]:
-    """A template database whose public holds every look-alike (planted by a
-    role that may create only there), and the login roles of the exercise."""
+    """The plan (from a scratch install), a template database holding every
+    look-alike in public, the attacker, the database owner and the login roles
+    of the exercise."""
     with _connect(harness.conninfo("postgres")) as admin:
         _drop_everything(admin)
         admin.execute(
@@ -353,49 +391,32 @@ def planted() -> Iterator[Planted]:
                     sql.Identifier(user), sql.Identifier(office_role)
                 )
             )
-        admin.execute(
-            sql.SQL("CREATE DATABASE {} TEMPLATE template0").format(sql.Identifier(TEMPLATE))
-        )
-        refused = []
-        statements = planting_statements(plan)
-        with _connect(harness.conninfo(TEMPLATE)) as conn:
-            conn.execute(
-                sql.SQL("GRANT CREATE ON SCHEMA public TO {}").format(sql.Identifier(ATTACKER))
-            )
-            conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(ATTACKER)))
-            conn.execute(RECORDER)
-            for statement in statements:
-                try:
-                    conn.execute(statement)
-                except psycopg.Error as exc:
-                    refused.append(f"{statement[:120]}: {exc}")
         try:
-            yield Planted(plan, len(statements) - len(refused), refused)
+            _create_database(TEMPLATE, "template0")
+            statements = planting_statements(plan)
+            yield Planted(plan, statements, plant(TEMPLATE, statements))
         finally:
             _drop_everything(admin)
 
 
 @pytest.fixture
-def hostile_database(planted: Planted) -> Iterator[str]:
-    """A copy of the planted template owned by ``OWNER`` (a plain login role),
-    whose own search_path puts public first; yields its name."""
-    with _connect(harness.conninfo("postgres")) as admin:
-        admin.execute(
-            sql.SQL("CREATE DATABASE {} TEMPLATE {} OWNER {}").format(
-                sql.Identifier(TARGET), sql.Identifier(TEMPLATE), sql.Identifier(OWNER)
-            )
-        )
-        admin.execute(
-            sql.SQL("ALTER DATABASE {} SET search_path = {}").format(
-                sql.Identifier(TARGET), sql.SQL(HOSTILE_PATH)
-            )
-        )
-        try:
-            yield TARGET
-        finally:
+def target(planted: Planted) -> Iterator[str]:
+    """The name of this test's database (``OWNER`` owns it), dropped afterwards."""
+    try:
+        yield TARGET
+    finally:
+        with _connect(harness.conninfo("postgres")) as admin:
             admin.execute(
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(TARGET))
             )
+
+
+@pytest.fixture
+def hostile_database(target: str) -> str:
+    """A copy of the planted template, on the hostile path."""
+    _create_database(target, TEMPLATE)
+    make_hostile(target)
+    return target
 
 
 # --- what ran, what is bound -----------------------------------------------------
@@ -424,8 +445,8 @@ def planted_runs(dbname: str) -> list[str]:
             " FROM public.hostile_log"
         ).fetchall()
     found = [str(row[0]) for row in logged]
-    if hits is not None and hits[0] and not found:
-        found.append(f"{hits[1]} planted call(s) rolled back with their statement")
+    if hits is not None and hits[0] and hits[1] > len(found):
+        found.append(f"{hits[1] - len(found)} planted call(s) rolled back with their statement")
     return found
 
 
@@ -694,17 +715,54 @@ def _exercise(producer: Caller, worker: Caller, reader: Caller, admin: Caller) -
 # --- the tests ----------------------------------------------------------------------
 
 
-def _create_extension(url: str) -> None:
+def _superuser(db: str) -> str:
+    return harness.conninfo(db)
+
+
+def _owner(db: str) -> str:
+    return _as(OWNER, db)
+
+
+def _run(url: str, statement: str, warnings: Warnings | None = None) -> None:
+    """``statement`` on the database's own (hostile) search_path."""
     with _connect(url, pinned=False) as conn:
+        if warnings is not None:
+            warnings.watch(conn)
         assert conn.execute("SHOW search_path").fetchone() == (HOSTILE_PATH,)
-        conn.execute("CREATE EXTENSION office")
+        conn.execute(statement)
 
 
-INSTALLS: dict[str, Callable[[str], object]] = {
-    "create-extension-as-superuser": lambda db: _create_extension(harness.conninfo(db)),
-    "create-extension-as-database-owner": lambda db: _create_extension(_as(OWNER, db)),
-    "officectl-migrate": lambda db: migrate(harness.conninfo(db)),
+@dataclass(frozen=True)
+class Install:
+    """How office gets into the database: ``before`` runs on a clean database
+    (nothing planted yet, default path), ``install`` on the hostile one."""
+
+    install: Callable[[str, Warnings], object]
+    before: Callable[[str], object] | None = None
+
+
+INSTALLS = {
+    "create-extension-as-superuser": Install(
+        lambda db, w: _run(_superuser(db), "CREATE EXTENSION office", w)
+    ),
+    "create-extension-as-database-owner": Install(
+        lambda db, w: _run(_owner(db), "CREATE EXTENSION office", w)
+    ),
+    "officectl-migrate": Install(lambda db, w: migrate(_superuser(db))),
+    "alter-extension-update-from-0.3.0": Install(
+        lambda db, w: _run(_superuser(db), "ALTER EXTENSION office UPDATE", w),
+        before=lambda db: _run_clean(_superuser(db), "CREATE EXTENSION office VERSION '0.3.0'"),
+    ),
+    "officectl-migrate-from-0.3.0": Install(
+        lambda db, w: migrate(_superuser(db)),
+        before=lambda db: migrate(_superuser(db), target="0003.office-0.3.0"),
+    ),
 }
+
+
+def _run_clean(url: str, statement: str) -> None:
+    with _connect(url) as conn:
+        conn.execute(statement)
 
 
 def test_the_plan_covers_what_the_catalog_binds(planted: Planted) -> None:
@@ -714,39 +772,88 @@ def test_the_plan_covers_what_the_catalog_binds(planted: Planted) -> None:
     assert ("count", ()) in planted.plan.routines
     assert ("=", "text", "text") in planted.plan.operators
     # Nearly every look-alike could be created by a role without privileges.
-    assert len(planted.refused) * 20 < planted.created, "\n".join(planted.refused[:20])
+    assert len(planted.refused) * 20 < len(planted.statements), "\n".join(planted.refused[:20])
 
 
-@pytest.mark.parametrize("install", INSTALLS)
+@pytest.mark.parametrize("path", INSTALLS)
 def test_nothing_planted_in_public_runs_or_is_bound(
-    planted: Planted, hostile_database: str, install: str
+    planted: Planted, target: str, path: str
 ) -> None:
-    INSTALLS[install](hostile_database)
+    install = INSTALLS[path]
+    if install.before is None:
+        _create_database(target, TEMPLATE)
+    else:
+        _create_database(target, "template0")
+        install.before(target)
+        refused = plant(target, planted.statements)
+        assert len(refused) == len(planted.refused)
+    make_hostile(target)
     warnings = Warnings()
+    install.install(target, warnings)
     failure: psycopg.Error | None = None
     try:
-        exercise(hostile_database, warnings)
+        exercise(target, warnings)
     except psycopg.Error as exc:  # reported after what ran, which may explain it
         failure = exc
-    assert planted_runs(hostile_database) == []
+    assert planted_runs(target) == []
     assert warnings.seen == []
-    assert planted_bindings(hostile_database) == []
+    assert planted_bindings(target) == []
     if failure is not None:
         raise failure
 
 
-def test_the_released_0_3_0_binds_and_runs_what_was_planted(
-    planted: Planted, hostile_database: str
-) -> None:
+def test_the_released_0_3_0_binds_and_runs_what_was_planted(hostile_database: str) -> None:
     # The control: 0.3.0 installed the same way does bind look-alikes, and one
     # runs when a producer calls the key builder.
-    with _connect(harness.conninfo(hostile_database), pinned=False) as conn:
-        conn.execute("CREATE EXTENSION office VERSION '0.3.0'")
+    _run(_superuser(hostile_database), "CREATE EXTENSION office VERSION '0.3.0'")
     bound = planted_bindings(hostile_database)
     assert any("routine_fingerprint" in line for line in bound), bound
-    with _connect(_as(USERS["office_producer"], hostile_database), pinned=False) as conn:
-        conn.execute(
-            "SELECT office.routine_fingerprint(title => 't', description => 'd', assignee => 'a')"
-        )
+    _run(
+        _as(USERS["office_producer"], hostile_database),
+        "SELECT office.routine_fingerprint(title => 't', description => 'd', assignee => 'a')",
+    )
     ran = planted_runs(hostile_database)
     assert any(line.startswith("public.convert_to(text, text) as ") for line in ran), ran
+
+
+# A schema office that exists before the install: planted by another role,
+# the installer's but open to another role's CREATE, or holding something.
+PLANTED_SCHEMAS = {
+    "owned-by-another-role": (
+        "GRANT CREATE ON DATABASE {db} TO {attacker}; SET ROLE {attacker}; CREATE SCHEMA office",
+        "42501",
+    ),
+    "others-may-create-in-it": (
+        "SET ROLE {installer}; CREATE SCHEMA office; GRANT CREATE ON SCHEMA office TO {attacker}",
+        "42501",
+    ),
+    "not-empty": (
+        "SET ROLE {installer}; CREATE SCHEMA office; CREATE TABLE office.t (x int)",
+        "42P06",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", PLANTED_SCHEMAS)
+@pytest.mark.parametrize("who", ["superuser", "database-owner"])
+def test_a_schema_office_that_is_already_there_is_refused(
+    planted: Planted, target: str, case: str, who: str
+) -> None:
+    setup, sqlstate = PLANTED_SCHEMAS[case]
+    installer, url = (
+        (harness.USER, _superuser(target)) if who == "superuser" else (OWNER, _owner(target))
+    )
+    _create_database(target, "template0")
+    _run_clean(_superuser(target), setup.format(db=target, attacker=ATTACKER, installer=installer))
+    with _connect(url) as conn, pytest.raises(psycopg.Error) as caught:
+        conn.execute("CREATE EXTENSION office")
+    assert caught.value.sqlstate == sqlstate, caught.value
+    # officectl migrate (released 0.1.0 creates the schema itself) refuses
+    # every such schema as one that already exists.
+    with pytest.raises(psycopg.Error) as caught:
+        migrate(url)
+    assert caught.value.sqlstate == "42P06", caught.value
+    with _connect(_superuser(target)) as conn:
+        assert conn.execute(
+            "SELECT count(*) FROM pg_proc WHERE pronamespace = 'office'::regnamespace"
+        ).fetchone() == (0,)
