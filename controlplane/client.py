@@ -127,10 +127,13 @@ class Query:
         return [params[name] for name in self.names]
 
 
+# The SQL a client builds itself runs on the caller's search_path, which may
+# put a schema someone else controls first: it names pg_catalog for every
+# function and operator (ARCHITECTURE.md, principle 8).
 PROBE_RUNS_ENTRY_TRIGGERED = Query(
-    "SELECT 1 FROM information_schema.columns"
-    " WHERE table_schema = 'office' AND table_name = 'runs'"
-    " AND column_name = 'entry_triggered'"
+    "SELECT 1 FROM pg_catalog.pg_attribute"
+    " WHERE attrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass('office.runs')"
+    " AND attname OPERATOR(pg_catalog.=) 'entry_triggered' AND NOT attisdropped"
 )
 
 ENQUEUE_RUN = Query(
@@ -314,18 +317,20 @@ FAIL_WAKEUP = Query(
 
 # Who holds a key that a statement collided with (raw INSERT, older schema).
 FIND_RUN_BY_KEY = Query(
-    "SELECT id, agent_profile_id, reason FROM office.runs WHERE idempotency_key = %(key)s"
+    "SELECT id, agent_profile_id, reason FROM office.runs"
+    " WHERE idempotency_key OPERATOR(pg_catalog.=) %(key)s"
 )
 FIND_WAKEUP_BY_KEY = Query(
     "SELECT id, agent_profile_id, reason FROM office.wakeup_requests"
-    " WHERE idempotency_key = %(key)s"
+    " WHERE idempotency_key OPERATOR(pg_catalog.=) %(key)s"
 )
 
 # What a connection that ran raw statements gets before it is reused (the
 # default reset of asyncpg pools; psycopg allows several statements here
 # because there are no parameters).
 RESET_SESSION = Query(
-    "CLOSE ALL; UNLISTEN *; RESET ALL; SELECT pg_advisory_unlock_all()", parametrized=False
+    "CLOSE ALL; UNLISTEN *; RESET ALL; SELECT pg_catalog.pg_advisory_unlock_all()",
+    parametrized=False,
 )
 
 # The bulk fallback's transaction (see Operations.enqueue_each).

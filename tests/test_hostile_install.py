@@ -24,6 +24,7 @@ bound to any office object (``pg_depend``). A control installs the released
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -33,9 +34,13 @@ from typing import Any
 
 import psycopg
 import pytest
+from click.testing import CliRunner
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from controlplane import cli
+from controlplane.aio import AsyncOffice
+from controlplane.client import Office
 from controlplane.migrate import migrate
 from tests import harness
 
@@ -316,6 +321,14 @@ def _as(role: str, dbname: str) -> str:
     return f"postgresql://{role}@{harness.HOST}:{harness.PORT}/{dbname}"
 
 
+def _superuser(db: str) -> str:
+    return harness.conninfo(db)
+
+
+def _owner(db: str) -> str:
+    return _as(OWNER, db)
+
+
 def _drop_everything(admin: psycopg.Connection[Any]) -> None:
     for name in (TARGET, TEMPLATE, SCRATCH):
         admin.execute(
@@ -438,15 +451,17 @@ class Warnings:
 
 
 def planted_runs(dbname: str) -> list[str]:
+    """What ran: each planted object with the roles it ran as."""
     with _connect(harness.conninfo(dbname)) as conn:
         hits = conn.execute("SELECT is_called, last_value FROM public.hostile_hits").fetchone()
         logged = conn.execute(
-            "SELECT what || ' as ' || run_as || ' (session ' || session_role || ')'"
-            " FROM public.hostile_log"
+            "SELECT what || ' as ' || run_as || ' (session ' || session_role || ')', count(*)"
+            " FROM public.hostile_log GROUP BY 1 ORDER BY 1"
         ).fetchall()
-    found = [str(row[0]) for row in logged]
-    if hits is not None and hits[0] and hits[1] > len(found):
-        found.append(f"{hits[1] - len(found)} planted call(s) rolled back with their statement")
+    found = [f"{row[0]}: {row[1]} time(s)" for row in logged]
+    recorded = sum(int(row[1]) for row in logged)
+    if hits is not None and hits[0] and hits[1] > recorded:
+        found.append(f"{hits[1] - recorded} planted call(s) rolled back with their statement")
     return found
 
 
@@ -524,6 +539,31 @@ def exercise(dbname: str, warnings: Warnings) -> None:
     finally:
         for caller in callers.values():
             caller.conn.close()
+
+
+def exercise_clients(dbname: str) -> None:
+    """The Python clients and the CLI, which build SQL of their own (probes,
+    lookups) and run it on the caller's search_path."""
+    producer, admin = _as(USERS["office_producer"], dbname), _as(USERS["office_admin"], dbname)
+    with Office(producer, min_size=1, max_size=1) as office:
+        office.enqueue_run("a1", "sync_client", idempotency_key="sync")
+        office.enqueue_run("a1", "sync_client", idempotency_key="sync")
+
+    async def run_async() -> None:
+        async with AsyncOffice(producer, min_size=1, max_size=1) as office:
+            await office.enqueue_run("a1", "async_client", idempotency_key="async")
+
+    asyncio.run(run_async())
+    runner = CliRunner()
+    for url, args in (
+        (producer, ["enqueue", "a1", "cli"]),
+        (admin, ["doctor"]),
+        (admin, ["stats"]),
+        (_superuser(dbname), ["events", "tail"]),  # reads office.events itself
+        (producer, ["sweep"]),
+    ):
+        result = runner.invoke(cli.main, ["--dsn", url, *args], catch_exceptions=False)
+        assert result.exit_code == 0, (args, result.output)
 
 
 def _exercise(producer: Caller, worker: Caller, reader: Caller, admin: Caller) -> None:
@@ -715,14 +755,6 @@ def _exercise(producer: Caller, worker: Caller, reader: Caller, admin: Caller) -
 # --- the tests ----------------------------------------------------------------------
 
 
-def _superuser(db: str) -> str:
-    return harness.conninfo(db)
-
-
-def _owner(db: str) -> str:
-    return _as(OWNER, db)
-
-
 def _run(url: str, statement: str, warnings: Warnings | None = None) -> None:
     """``statement`` on the database's own (hostile) search_path."""
     with _connect(url, pinned=False) as conn:
@@ -790,14 +822,17 @@ def test_nothing_planted_in_public_runs_or_is_bound(
     make_hostile(target)
     warnings = Warnings()
     install.install(target, warnings)
-    failure: psycopg.Error | None = None
+    failure: Exception | None = None
     try:
         exercise(target, warnings)
-    except psycopg.Error as exc:  # reported after what ran, which may explain it
+        exercise_clients(target)
+    except Exception as exc:  # reported after what ran, which may explain it
         failure = exc
-    assert planted_runs(target) == []
+    ran = planted_runs(target)
+    assert ran == [], "planted objects ran:\n" + "\n".join(ran)
     assert warnings.seen == []
-    assert planted_bindings(target) == []
+    bound = planted_bindings(target)
+    assert bound == [], "office objects bound to planted ones:\n" + "\n".join(bound)
     if failure is not None:
         raise failure
 
