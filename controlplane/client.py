@@ -139,7 +139,7 @@ PROBE_RUNS_ENTRY_TRIGGERED = Query(
 ENQUEUE_RUN = Query(
     "SELECT outcome, dedup_kind, run_id FROM office.enqueue_run("
     "agent_profile_id => %(agent_profile_id)s, reason => %(reason)s,"
-    " payload => %(payload)s::jsonb, idempotency_key => %(idempotency_key)s,"
+    " payload => %(payload)s::pg_catalog.jsonb, idempotency_key => %(idempotency_key)s,"
     " task_id => %(task_id)s, entry_triggered => %(entry_triggered)s,"
     " keyless_cause => %(keyless_cause)s, keyless_detail => %(keyless_detail)s)"
 )
@@ -148,14 +148,14 @@ ENQUEUE_RUN = Query(
 ENQUEUE_RUN_WITHOUT_ENTRY_TRIGGERED = Query(
     "SELECT outcome, dedup_kind, run_id FROM office.enqueue_run("
     "agent_profile_id => %(agent_profile_id)s, reason => %(reason)s,"
-    " payload => %(payload)s::jsonb, idempotency_key => %(idempotency_key)s,"
+    " payload => %(payload)s::pg_catalog.jsonb, idempotency_key => %(idempotency_key)s,"
     " task_id => %(task_id)s,"
     " keyless_cause => %(keyless_cause)s, keyless_detail => %(keyless_detail)s)"
 )
 
 ENQUEUE_RUNS = Query(
     "SELECT ordinality, outcome, dedup_kind, run_id"
-    " FROM office.enqueue_runs(requests => %(requests)s::jsonb)"
+    " FROM office.enqueue_runs(requests => %(requests)s::pg_catalog.jsonb)"
 )
 
 CLAIM_RUN = Query(
@@ -262,9 +262,9 @@ ACK_EVENTS = Query("SELECT office.ack_events(ids => %(ids)s::bigint[]) AS count"
 CREATE_ROUTINE = Query(
     "SELECT * FROM office.create_routine("
     "workspace_id => %(workspace_id)s, name => %(name)s,"
-    " task_template => %(task_template)s::jsonb,"
+    " task_template => %(task_template)s::pg_catalog.jsonb,"
     " assignee_agent_profile_id => %(assignee_agent_profile_id)s,"
-    " concurrency_policy => %(concurrency_policy)s, variables => %(variables)s::jsonb,"
+    " concurrency_policy => %(concurrency_policy)s, variables => %(variables)s::pg_catalog.jsonb,"
     " id => %(id)s, catch_up_policy => %(catch_up_policy)s, catch_up_max => %(catch_up_max)s)"
 )
 
@@ -284,7 +284,8 @@ DISPATCH_ROUTINE = Query(
     "SELECT routine_run_id, status, linked_task_id, coalesced_into_run_id, wakeup_request_id,"
     " wakeup_outcome, run_id, idempotency_key, error_message, workspace_id"
     " FROM office.dispatch_routine("
-    "routine_id => %(routine_id)s, source => %(source)s, variables => %(variables)s::jsonb,"
+    "routine_id => %(routine_id)s, source => %(source)s,"
+    " variables => %(variables)s::pg_catalog.jsonb,"
     " trigger_id => %(trigger_id)s, claimed_tick => %(claimed_tick)s,"
     " explicit_key => %(explicit_key)s, missed_ticks => %(missed_ticks)s,"
     " missed_since => %(missed_since)s, missed_truncated => %(missed_truncated)s)"
@@ -303,7 +304,7 @@ SYNC_ROUTINE_RUN_STATUS = Query(
 REQUEST_WAKEUP = Query(
     "SELECT outcome, dedup_kind, wakeup_request_id FROM office.request_wakeup("
     "agent_profile_id => %(agent_profile_id)s, source => %(source)s, reason => %(reason)s,"
-    " payload => %(payload)s::jsonb, idempotency_key => %(idempotency_key)s)"
+    " payload => %(payload)s::pg_catalog.jsonb, idempotency_key => %(idempotency_key)s)"
 )
 
 DISPATCH_WAKEUP = Query(

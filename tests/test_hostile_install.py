@@ -82,6 +82,15 @@ UNION ALL SELECT typdefaultbin::text FROM pg_type
 BOUND_FUNCTION = re.compile(r":(?:funcid|aggfnoid) (\d+)")
 BOUND_OPERATOR = re.compile(r":(?:opno|eqop|sortop) (\d+)")
 CALLED_NAME = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*\(")
+CAST_TYPE = re.compile(r"::\s*([A-Za-z_][A-Za-z0-9_]*)")
+# The pg_catalog base types office's columns, arguments and results have.
+USED_TYPES = """
+SELECT a.atttypid FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+ WHERE c.relnamespace = 'office'::regnamespace AND a.attnum > 0
+UNION SELECT pg_catalog.unnest(coalesce(p.proallargtypes, p.proargtypes::oid[])) FROM pg_proc p
+ WHERE p.pronamespace = 'office'::regnamespace
+UNION SELECT p.prorettype FROM pg_proc p WHERE p.pronamespace = 'office'::regnamespace
+"""
 OPERATOR_TOKEN = re.compile(r"[-+*/<>=~!@#%^&|`?]+")
 
 # What the planted objects need: a record that survives a rollback (the
@@ -98,6 +107,15 @@ BEGIN
     PERFORM pg_catalog.nextval('public.hostile_hits');
     RAISE WARNING 'hostile: % ran as %', what, current_user;
     INSERT INTO public.hostile_log VALUES (what, current_user, session_user);
+END
+$$;
+-- The check of a look-alike type (a domain over the catalog's type).
+CREATE FUNCTION public.hostile_seen(what text, value anyelement) RETURNS boolean
+    LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM public.hostile_hit(what);
+    RETURN true;
 END
 $$;
 """
@@ -147,6 +165,7 @@ class Plan:
 
     routines: dict[tuple[str, tuple[str, ...]], Routine] = field(default_factory=dict)
     operators: dict[tuple[str, str | None, str], Operator] = field(default_factory=dict)
+    types: set[str] = field(default_factory=set)
 
 
 def _polymorphic(type_name: str) -> bool:
@@ -182,12 +201,25 @@ def derive_plan(conn: psycopg.Connection[Any]) -> Plan:
         operators.update(int(m) for m in BOUND_OPERATOR.findall(tree))
     names: set[str] = set()
     tokens: set[str] = set()
+    casts: set[str] = set()
     for (body,) in conn.execute(
         "SELECT prosrc FROM pg_proc WHERE pronamespace = 'office'::regnamespace"
     ).fetchall():
         names.update(n.lower() for n in CALLED_NAME.findall(body))
         tokens.update(OPERATOR_TOKEN.findall(body))
+        casts.update(n.lower() for n in CAST_TYPE.findall(body))
     plan = Plan()
+    plan.types.update(
+        str(row[0])
+        for row in conn.execute(
+            f"""
+            SELECT t.typname FROM pg_catalog.pg_type t
+            WHERE t.typnamespace = 'pg_catalog'::regnamespace AND t.typtype = 'b'
+              AND t.typcategory <> 'A' AND (t.oid IN ({USED_TYPES}) OR t.typname = ANY(%s))
+            """,
+            (list(casts),),
+        ).fetchall()
+    )
     for row in conn.execute(
         """
         SELECT p.proname, p.prokind, p.provolatile, p.proretset, p.provariadic <> 0,
@@ -305,6 +337,11 @@ def planting_statements(plan: Plan) -> list[str]:
             f" LANGUAGE plpgsql IMMUTABLE AS $$ BEGIN PERFORM public.hostile_hit('{what}');"
             f" RETURN NULL; END $$;\n"
             f"CREATE OPERATOR public.{o.name} ({sides}, FUNCTION = public.hostile_op_{n});"
+        )
+    for name in sorted(plan.types):
+        out.append(
+            f"CREATE DOMAIN public.{_ident(name)} AS pg_catalog.{_ident(name)}"
+            f" CHECK (public.hostile_seen('public.{name}', VALUE))"
         )
     return out
 
@@ -476,7 +513,9 @@ def planted_bindings(dbname: str) -> list[str]:
             WHERE ((d.refclassid = 'pg_proc'::regclass AND d.refobjid IN
                       (SELECT oid FROM pg_proc WHERE pronamespace = 'public'::regnamespace))
                 OR (d.refclassid = 'pg_operator'::regclass AND d.refobjid IN
-                      (SELECT oid FROM pg_operator WHERE oprnamespace = 'public'::regnamespace)))
+                      (SELECT oid FROM pg_operator WHERE oprnamespace = 'public'::regnamespace))
+                OR (d.refclassid = 'pg_type'::regclass AND d.refobjid IN
+                      (SELECT oid FROM pg_type WHERE typnamespace = 'public'::regnamespace)))
               AND (pg_identify_object(d.classid, d.objid, d.objsubid)).schema
                   IS DISTINCT FROM 'public'
             ORDER BY 1
@@ -803,6 +842,7 @@ def test_the_plan_covers_what_the_catalog_binds(planted: Planted) -> None:
     assert ("count", ("text",)) in planted.plan.routines
     assert ("count", ()) in planted.plan.routines
     assert ("=", "text", "text") in planted.plan.operators
+    assert {"text", "jsonb", "timestamptz"} <= planted.plan.types
     # Nearly every look-alike could be created by a role without privileges.
     assert len(planted.refused) * 20 < len(planted.statements), "\n".join(planted.refused[:20])
 
