@@ -803,6 +803,11 @@ def _run(url: str, statement: str, warnings: Warnings | None = None) -> None:
         conn.execute(statement)
 
 
+def _run_clean(url: str, statement: str) -> None:
+    with _connect(url) as conn:
+        conn.execute(statement)
+
+
 @dataclass(frozen=True)
 class Install:
     """How office gets into the database: ``before`` runs on a clean database
@@ -810,6 +815,22 @@ class Install:
 
     install: Callable[[str, Warnings], object]
     before: Callable[[str], object] | None = None
+
+
+def _extension_upgraded_from(version: str) -> Install:
+    return Install(
+        lambda db, w: _run(_superuser(db), "ALTER EXTENSION office UPDATE", w),
+        before=lambda db: _run_clean(
+            _superuser(db), f"CREATE EXTENSION office VERSION '{version}'"
+        ),
+    )
+
+
+def _migrated_from(migration: str) -> Install:
+    return Install(
+        lambda db, w: migrate(_superuser(db)),
+        before=lambda db: migrate(_superuser(db), target=migration),
+    )
 
 
 INSTALLS = {
@@ -820,20 +841,11 @@ INSTALLS = {
         lambda db, w: _run(_owner(db), "CREATE EXTENSION office", w)
     ),
     "officectl-migrate": Install(lambda db, w: migrate(_superuser(db))),
-    "alter-extension-update-from-0.3.0": Install(
-        lambda db, w: _run(_superuser(db), "ALTER EXTENSION office UPDATE", w),
-        before=lambda db: _run_clean(_superuser(db), "CREATE EXTENSION office VERSION '0.3.0'"),
-    ),
-    "officectl-migrate-from-0.3.0": Install(
-        lambda db, w: migrate(_superuser(db)),
-        before=lambda db: migrate(_superuser(db), target="0003.office-0.3.0"),
-    ),
+    # Installs made before anything was planted, upgraded afterwards.
+    "alter-extension-update-from-0.1.0": _extension_upgraded_from("0.1.0"),
+    "alter-extension-update-from-0.3.0": _extension_upgraded_from("0.3.0"),
+    "officectl-migrate-from-0.3.0": _migrated_from("0003.office-0.3.0"),
 }
-
-
-def _run_clean(url: str, statement: str) -> None:
-    with _connect(url) as conn:
-        conn.execute(statement)
 
 
 def test_the_plan_covers_what_the_catalog_binds(planted: Planted) -> None:
