@@ -2,24 +2,29 @@
 controls (ARCHITECTURE.md principle 8; API.md Conventions).
 
 Before office is installed, a role that may only create in ``public`` plants
-there a look-alike of every function, aggregate and operator that office's
-objects use, and the variants that an untyped literal or a narrower argument
-would prefer to the catalog's own (``text`` where the catalog has ``name`` or
-``regclass``, ``int`` where it has ``bigint``, ...). The list comes from the
-catalog of a scratch install — the functions and operators bound in
+there a look-alike of every function, aggregate, operator and type that
+office's objects use, and the variants that an untyped literal or a narrower
+argument would prefer to the catalog's own (``text`` where the catalog has
+``name`` or ``regclass``, ``int`` where it has ``bigint``, ...). The list comes
+from the catalog of a scratch install — the functions and operators bound in
 SQL-standard bodies, argument defaults, views, column defaults, constraints,
-indexes and triggers, and every name called or operator written in a function
-body — so a function added later is covered without editing this file. Every
-look-alike records that it ran (a sequence, which no rollback undoes, a
-WARNING, which no exception block swallows, and a row saying as whom).
+indexes and triggers, every name called, operator written or type cast to in
+a function body, and the types of office's columns and arguments — so a
+function added later is covered without editing this file. Every look-alike
+records that it ran (a sequence, which no rollback undoes, a WARNING, which no
+exception block swallows, and a row saying as whom); a look-alike type is a
+domain whose check records it.
 
 The database's own ``search_path`` is ``public, pg_catalog``. office is then
-installed by each path — ``CREATE EXTENSION`` as a superuser, as a database
-owner who is not one (the extension is trusted), and ``officectl migrate``
-(released 0.1.0, then every upgrade step) — and its API is exercised as
-producer, worker, reader and admin: no look-alike may have run, and none may be
-bound to any office object (``pg_depend``). A control installs the released
-0.3.0 the same way and shows that it does bind them, so the check can fail.
+installed by each path — ``CREATE EXTENSION`` as a superuser and as a database
+owner who is not one (the extension is trusted), ``officectl migrate``
+(released 0.1.0, then every upgrade step), and upgrades of installs made
+before anything was planted — and its API is exercised as producer, worker,
+reader and admin, through SQL, the Python clients and ``officectl``: no
+look-alike may have run, and nothing office owns may depend on one
+(``pg_depend``). A control installs the released 0.3.0 the same way and shows
+that it does bind and run them, so the check can fail. A schema ``office``
+that is already there is refused.
 """
 
 from __future__ import annotations
@@ -132,8 +137,9 @@ ALTERNATIVES = {
     "A": ("text[]",),
     "P": ("text", "text[]"),
 }
-# Types no look-alike can take (only C functions may), and polymorphic ones.
+# Types no look-alike can take (only C functions may).
 UNPLANTABLE = {'"any"', "internal", "cstring", "trigger", "event_trigger", "language_handler"}
+# Polymorphic results a variant without polymorphic arguments turns into text[].
 ARRAY_POLYMORPHIC = {"anyarray", "anycompatiblearray"}
 
 
@@ -144,7 +150,7 @@ class Routine:
     name: str
     args: tuple[str, ...]
     result: str
-    kind: str  # f or a
+    kind: str  # f (function) or a (aggregate)
     volatility: str
     returns_set: bool = False
     variadic: bool = False
@@ -302,7 +308,7 @@ def planting_statements(plan: Plan) -> list[str]:
         volatility = {"i": "IMMUTABLE", "s": "STABLE", "v": "VOLATILE"}[r.volatility]
         if r.kind == "a":
             state = r.result
-            params = ", ".join((f"s {state}", *tuple(f"a{i} {t}" for i, t in enumerate(r.args))))
+            params = ", ".join((f"s {state}", *(f"a{i} {t}" for i, t in enumerate(r.args))))
             out.append(
                 f"CREATE FUNCTION public.hostile_step_{n}({params}) RETURNS {state}"
                 f" LANGUAGE plpgsql {volatility} AS $$ BEGIN PERFORM public.hostile_hit('{what}');"
@@ -320,7 +326,7 @@ def planting_statements(plan: Plan) -> list[str]:
         params += [f"OUT {_ident(o)} {t}" for o, t in r.outs]
         single = r.outs[0][1] if len(r.outs) == 1 else "record" if r.outs else r.result
         returns = ("SETOF " if r.returns_set else "") + single
-        finish = "RETURN;" if r.returns_set or r.outs else "RETURN NULL;"
+        finish = "RETURN;" if r.returns_set or r.outs or r.result == "void" else "RETURN NULL;"
         out.append(
             f"CREATE FUNCTION public.{ident}({', '.join(params)})"
             + f" RETURNS {returns}"
