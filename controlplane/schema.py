@@ -105,7 +105,11 @@ def install_extension_files(extension_dir: Path) -> list[Path]:
     current = extension_dir / f"{EXTENSION}--{current_version()}.sql"
     current.write_text(install_script(), encoding="utf-8")
     written.append(current)
-    for folder, pattern in (("released", "*.sql"), ("released", "*.control"), ("upgrades", "*.sql")):
+    for folder, pattern in (
+        ("released", "*.sql"),
+        ("released", "*.control"),
+        ("upgrades", "*.sql"),
+    ):
         for path in sorted((sql_dir() / folder).glob(f"{EXTENSION}--{pattern}")):
             target = extension_dir / path.name
             shutil.copyfile(path, target)
