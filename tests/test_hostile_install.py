@@ -30,6 +30,7 @@ that is already there is refused.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -47,6 +48,7 @@ from controlplane import cli
 from controlplane.aio import AsyncOffice
 from controlplane.client import Office
 from controlplane.migrate import migrate
+from controlplane.observability import DEDUP_LOGGER
 from tests import harness
 
 SUFFIX = f"{harness.LABEL}_{os.getpid()}"
@@ -600,15 +602,22 @@ def exercise_clients(dbname: str) -> None:
 
     asyncio.run(run_async())
     runner = CliRunner()
-    for url, args in (
-        (producer, ["enqueue", "a1", "cli"]),
-        (admin, ["doctor"]),
-        (admin, ["stats"]),
-        (_superuser(dbname), ["events", "tail"]),  # reads office.events itself
-        (producer, ["sweep"]),
-    ):
-        result = runner.invoke(cli.main, ["--dsn", url, *args], catch_exceptions=False)
-        assert result.exit_code == 0, (args, result.output)
+    # The commands quiet the dedup logger of the whole process (officectl
+    # prints outcomes itself); the tests after this one count its records.
+    dedup = logging.getLogger(DEDUP_LOGGER)
+    level = dedup.level
+    try:
+        for url, args in (
+            (producer, ["enqueue", "a1", "cli"]),
+            (admin, ["doctor"]),
+            (admin, ["stats"]),
+            (_superuser(dbname), ["events", "tail"]),  # reads office.events itself
+            (producer, ["sweep"]),
+        ):
+            result = runner.invoke(cli.main, ["--dsn", url, *args], catch_exceptions=False)
+            assert result.exit_code == 0, (args, result.output)
+    finally:
+        dedup.setLevel(level)
 
 
 def _exercise(producer: Caller, worker: Caller, reader: Caller, admin: Caller) -> None:
