@@ -42,6 +42,7 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 from psycopg import sql
+from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from controlplane import cli
@@ -301,49 +302,58 @@ def _ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+def _record(what: str) -> str:
+    """A plpgsql body part that records a run of ``what``."""
+    return "PERFORM public.hostile_hit('" + what.replace("'", "''") + "');"
+
+
+def _aggregate_sql(n: int, r: Routine, volatility: str) -> str:
+    """An aggregate whose step and final functions both record a run (the
+    final one runs even over no rows)."""
+    what = f"public.{r.name}({', '.join(r.args)})"
+    state = r.result
+    step_args = ", ".join((f"s {state}", *(f"a{i} {t}" for i, t in enumerate(r.args))))
+    return (
+        f"CREATE FUNCTION public.hostile_step_{n}({step_args}) RETURNS {state}"
+        f" LANGUAGE plpgsql {volatility} AS $$ BEGIN {_record(what)} RETURN NULL; END $$;\n"
+        f"CREATE FUNCTION public.hostile_final_{n}(s {state}) RETURNS {state}"
+        f" LANGUAGE plpgsql {volatility} AS $$ BEGIN {_record(what)} RETURN NULL; END $$;\n"
+        f"CREATE AGGREGATE public.{_ident(r.name)}({', '.join(r.args) or '*'}) (SFUNC = "
+        f"public.hostile_step_{n}, STYPE = {state}, FINALFUNC = public.hostile_final_{n});"
+    )
+
+
+def _function_sql(r: Routine, volatility: str) -> str:
+    what = f"public.{r.name}({', '.join(r.args)})"
+    args = [f"a{i} {t}" for i, t in enumerate(r.args)]
+    if r.variadic:
+        args[-1] = "VARIADIC " + args[-1]
+    args += [f"OUT {_ident(o)} {t}" for o, t in r.outs]
+    single = r.outs[0][1] if len(r.outs) == 1 else "record" if r.outs else r.result
+    returns = ("SETOF " if r.returns_set else "") + single
+    finish = "RETURN;" if r.returns_set or r.outs or r.result == "void" else "RETURN NULL;"
+    return (
+        f"CREATE FUNCTION public.{_ident(r.name)}({', '.join(args)}) RETURNS {returns}"
+        f" LANGUAGE plpgsql {volatility} AS $$ BEGIN {_record(what)} {finish} END $$;"
+    )
+
+
 def planting_statements(plan: Plan) -> list[str]:
     """The statements creating every look-alike of ``plan`` in public."""
     out = []
     for n, r in enumerate(sorted(plan.routines.values(), key=repr)):
-        what = f"public.{r.name}({', '.join(r.args)})".replace("'", "''")
-        ident = _ident(r.name)
         volatility = {"i": "IMMUTABLE", "s": "STABLE", "v": "VOLATILE"}[r.volatility]
-        if r.kind == "a":
-            state = r.result
-            params = ", ".join((f"s {state}", *(f"a{i} {t}" for i, t in enumerate(r.args))))
-            out.append(
-                f"CREATE FUNCTION public.hostile_step_{n}({params}) RETURNS {state}"
-                f" LANGUAGE plpgsql {volatility} AS $$ BEGIN PERFORM public.hostile_hit('{what}');"
-                f" RETURN NULL; END $$;\n"
-                f"CREATE FUNCTION public.hostile_final_{n}(s {state}) RETURNS {state}"
-                f" LANGUAGE plpgsql {volatility} AS $$ BEGIN PERFORM public.hostile_hit('{what}');"
-                f" RETURN NULL; END $$;\n"
-                f"CREATE AGGREGATE public.{ident}({', '.join(r.args) or '*'}) (SFUNC = "
-                f"public.hostile_step_{n}, STYPE = {state}, FINALFUNC = public.hostile_final_{n});"
-            )
-            continue
-        params = [f"a{i} {t}" for i, t in enumerate(r.args)]
-        if r.variadic:
-            params[-1] = "VARIADIC " + params[-1]
-        params += [f"OUT {_ident(o)} {t}" for o, t in r.outs]
-        single = r.outs[0][1] if len(r.outs) == 1 else "record" if r.outs else r.result
-        returns = ("SETOF " if r.returns_set else "") + single
-        finish = "RETURN;" if r.returns_set or r.outs or r.result == "void" else "RETURN NULL;"
         out.append(
-            f"CREATE FUNCTION public.{ident}({', '.join(params)})"
-            + f" RETURNS {returns}"
-            + f" LANGUAGE plpgsql {volatility} AS $$ BEGIN PERFORM public.hostile_hit('{what}');"
-            f" {finish} END $$;"
+            _aggregate_sql(n, r, volatility) if r.kind == "a" else _function_sql(r, volatility)
         )
     for n, o in enumerate(sorted(plan.operators.values(), key=repr)):
-        args = ([o.left] if o.left else []) + [o.right]
-        what = f"public.{o.name}({', '.join(args)})".replace("'", "''")
-        params = ", ".join(f"a{i} {t}" for i, t in enumerate(args))
+        operands = ([o.left] if o.left else []) + [o.right]
+        what = f"public.{o.name}({', '.join(operands)})"
+        args = ", ".join(f"a{i} {t}" for i, t in enumerate(operands))
         sides = (f"LEFTARG = {o.left}, " if o.left else "") + f"RIGHTARG = {o.right}"
         out.append(
-            f"CREATE FUNCTION public.hostile_op_{n}({params}) RETURNS {o.result}"
-            f" LANGUAGE plpgsql IMMUTABLE AS $$ BEGIN PERFORM public.hostile_hit('{what}');"
-            f" RETURN NULL; END $$;\n"
+            f"CREATE FUNCTION public.hostile_op_{n}({args}) RETURNS {o.result}"
+            f" LANGUAGE plpgsql IMMUTABLE AS $$ BEGIN {_record(what)} RETURN NULL; END $$;\n"
             f"CREATE OPERATOR public.{o.name} ({sides}, FUNCTION = public.hostile_op_{n});"
         )
     for name in sorted(plan.types):
@@ -359,7 +369,7 @@ def planting_statements(plan: Plan) -> list[str]:
 
 def _connect(url: str, *, pinned: bool = True) -> psycopg.Connection[Any]:
     """A connection; ``pinned=False`` keeps the database's (hostile) path."""
-    return psycopg.connect(url, autocommit=True, **({"options": PINNED} if pinned else {}))
+    return psycopg.connect(url, autocommit=True, options=PINNED if pinned else None)
 
 
 def _as(role: str, dbname: str) -> str:
@@ -549,7 +559,7 @@ class Caller:
         ).fetchone()
         return bool(row and row[0])
 
-    def all(self, function: str, **args: Any) -> list[tuple[Any, ...]]:
+    def all(self, function: str, **args: Any) -> list[dict[str, Any]]:
         """``SELECT * FROM office.function(name => value, ...)``."""
         query = sql.SQL("SELECT * FROM office.{}({})").format(
             sql.Identifier(function),
@@ -558,9 +568,10 @@ class Caller:
             ),
         )
         params = {k: Jsonb(v) if isinstance(v, dict) else v for k, v in args.items()}
-        return self.conn.execute(query, params).fetchall()
+        with self.conn.cursor(row_factory=dict_row) as cur:
+            return cur.execute(query, params).fetchall()
 
-    def one(self, function: str, **args: Any) -> tuple[Any, ...] | None:
+    def one(self, function: str, **args: Any) -> dict[str, Any] | None:
         rows = self.all(function, **args)
         return rows[0] if rows else None
 
@@ -700,7 +711,7 @@ def _exercise(producer: Caller, worker: Caller, reader: Caller, admin: Caller) -
         claimed = worker.one("claim_run", worker_id="w", agent_profile_id="a1")
         if claimed is None:
             continue
-        run_id, attempt = claimed[0], claimed[9]
+        run_id, attempt = claimed["id"], claimed["attempt"]
         for caller in (worker, reader):
             if caller.has("get_run"):
                 caller.all("get_run", run_id=run_id)
@@ -728,10 +739,10 @@ def _exercise(producer: Caller, worker: Caller, reader: Caller, admin: Caller) -
         idempotency_key="wk1",
     )
     assert queued is not None
-    worker.one("dispatch_wakeup", wakeup_request_id=queued[2])
+    worker.one("dispatch_wakeup", wakeup_request_id=queued["wakeup_request_id"])
     doomed = producer.one("request_wakeup", agent_profile_id="a2", source="api", reason="bye")
     assert doomed is not None
-    producer.one("fail_wakeup", wakeup_request_id=doomed[2], reason="not needed")
+    producer.one("fail_wakeup", wakeup_request_id=doomed["wakeup_request_id"], reason="not needed")
     producer.one("request_wakeup", agent_profile_id="a2", source="api", reason="later")
     worker.all("dispatch_queued_wakeups", max_rows=10, min_age=timedelta(0))
     producer.one(
@@ -781,7 +792,7 @@ def _exercise(producer: Caller, worker: Caller, reader: Caller, admin: Caller) -
         following_next_run_at=T0 + timedelta(minutes=1),
     )
     if heavy is not None:
-        producer.one("close_routine_run", routine_run_id=heavy[0], terminal="done")
+        producer.one("close_routine_run", routine_run_id=heavy["routine_run_id"], terminal="done")
     producer.one("sync_routine_run_status", task_id="child", terminal="done")
     # §5 parent wakes.
     producer.all("list_stuck_parents", max_rows=5)
@@ -797,7 +808,7 @@ def _exercise(producer: Caller, worker: Caller, reader: Caller, admin: Caller) -
     events = worker.all(
         "claim_events", consumer="c", max_rows=100, visibility=timedelta(seconds=30)
     )
-    worker.one("ack_events", ids=[row[0] for row in events])
+    worker.one("ack_events", ids=[row["id"] for row in events])
     admin.one("prune_events", older_than=timedelta(0))
     for caller in (worker, reader, admin):
         caller.one("daemon_stats")
@@ -905,17 +916,21 @@ def test_nothing_planted_in_public_runs_or_is_bound(
 
 
 def test_the_released_0_3_0_binds_and_runs_what_was_planted(hostile_database: str) -> None:
-    # The control: 0.3.0 installed the same way does bind look-alikes, and one
-    # runs when a producer calls the key builder.
+    # The control: 0.3.0 installed the same way binds look-alikes (the two of
+    # issue 10), and one runs when a producer calls the key builder.
     _run(_superuser(hostile_database), "CREATE EXTENSION office VERSION '0.3.0'")
     bound = planted_bindings(hostile_database)
     assert any("routine_fingerprint" in line for line in bound), bound
+    assert any("queue_stats" in line for line in bound), bound
     _run(
         _as(USERS["office_producer"], hostile_database),
         "SELECT office.routine_fingerprint(title => 't', description => 'd', assignee => 'a')",
     )
     ran = planted_runs(hostile_database)
     assert any(line.startswith("public.convert_to(text, text) as ") for line in ran), ran
+    # The 0.3.0 -> 0.4.0 step creates those objects again, under its pinned path.
+    _run(_superuser(hostile_database), "ALTER EXTENSION office UPDATE")
+    assert planted_bindings(hostile_database) == []
 
 
 # A schema office that exists before the install: planted by another role,
