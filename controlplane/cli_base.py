@@ -86,8 +86,14 @@ def describe(exc: BaseException) -> str:
 
 def connect(url: str) -> psycopg.Connection[Any]:
     """An autocommit connection; a refused or unreachable server fails at once
-    with libpq's message (no pool waiting for a server that is not there)."""
-    return psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
+    with libpq's message (no pool waiting for a server that is not there).
+
+    Its search_path is pinned to ``pg_catalog, pg_temp``: the commands name
+    office's objects in full, and nothing they run may resolve through a path
+    that puts someone else's schema first (ARCHITECTURE.md, principle 8)."""
+    conn = psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
+    conn.execute("SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false)")
+    return conn
 
 
 @contextmanager

@@ -43,7 +43,9 @@ def _check_office(url: str) -> None:
     that cannot be reached now is the daemon's to wait for."""
     try:
         with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
-            row = conn.execute("SELECT to_regproc('office.claim_events') IS NOT NULL").fetchone()
+            row = conn.execute(
+                "SELECT pg_catalog.to_regproc('office.claim_events') IS NOT NULL"
+            ).fetchone()
     except psycopg.OperationalError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else "unreachable"
         log.warning("database not reachable yet (%s); starting anyway and retrying", first)

@@ -127,16 +127,19 @@ class Query:
         return [params[name] for name in self.names]
 
 
+# The SQL a client builds itself runs on the caller's search_path, which may
+# put a schema someone else controls first: it names pg_catalog for every
+# function and operator (ARCHITECTURE.md, principle 8).
 PROBE_RUNS_ENTRY_TRIGGERED = Query(
-    "SELECT 1 FROM information_schema.columns"
-    " WHERE table_schema = 'office' AND table_name = 'runs'"
-    " AND column_name = 'entry_triggered'"
+    "SELECT 1 FROM pg_catalog.pg_attribute"
+    " WHERE attrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass('office.runs')"
+    " AND attname OPERATOR(pg_catalog.=) 'entry_triggered' AND NOT attisdropped"
 )
 
 ENQUEUE_RUN = Query(
     "SELECT outcome, dedup_kind, run_id FROM office.enqueue_run("
     "agent_profile_id => %(agent_profile_id)s, reason => %(reason)s,"
-    " payload => %(payload)s::jsonb, idempotency_key => %(idempotency_key)s,"
+    " payload => %(payload)s::pg_catalog.jsonb, idempotency_key => %(idempotency_key)s,"
     " task_id => %(task_id)s, entry_triggered => %(entry_triggered)s,"
     " keyless_cause => %(keyless_cause)s, keyless_detail => %(keyless_detail)s)"
 )
@@ -145,14 +148,14 @@ ENQUEUE_RUN = Query(
 ENQUEUE_RUN_WITHOUT_ENTRY_TRIGGERED = Query(
     "SELECT outcome, dedup_kind, run_id FROM office.enqueue_run("
     "agent_profile_id => %(agent_profile_id)s, reason => %(reason)s,"
-    " payload => %(payload)s::jsonb, idempotency_key => %(idempotency_key)s,"
+    " payload => %(payload)s::pg_catalog.jsonb, idempotency_key => %(idempotency_key)s,"
     " task_id => %(task_id)s,"
     " keyless_cause => %(keyless_cause)s, keyless_detail => %(keyless_detail)s)"
 )
 
 ENQUEUE_RUNS = Query(
     "SELECT ordinality, outcome, dedup_kind, run_id"
-    " FROM office.enqueue_runs(requests => %(requests)s::jsonb)"
+    " FROM office.enqueue_runs(requests => %(requests)s::pg_catalog.jsonb)"
 )
 
 CLAIM_RUN = Query(
@@ -259,9 +262,9 @@ ACK_EVENTS = Query("SELECT office.ack_events(ids => %(ids)s::bigint[]) AS count"
 CREATE_ROUTINE = Query(
     "SELECT * FROM office.create_routine("
     "workspace_id => %(workspace_id)s, name => %(name)s,"
-    " task_template => %(task_template)s::jsonb,"
+    " task_template => %(task_template)s::pg_catalog.jsonb,"
     " assignee_agent_profile_id => %(assignee_agent_profile_id)s,"
-    " concurrency_policy => %(concurrency_policy)s, variables => %(variables)s::jsonb,"
+    " concurrency_policy => %(concurrency_policy)s, variables => %(variables)s::pg_catalog.jsonb,"
     " id => %(id)s, catch_up_policy => %(catch_up_policy)s, catch_up_max => %(catch_up_max)s)"
 )
 
@@ -281,7 +284,8 @@ DISPATCH_ROUTINE = Query(
     "SELECT routine_run_id, status, linked_task_id, coalesced_into_run_id, wakeup_request_id,"
     " wakeup_outcome, run_id, idempotency_key, error_message, workspace_id"
     " FROM office.dispatch_routine("
-    "routine_id => %(routine_id)s, source => %(source)s, variables => %(variables)s::jsonb,"
+    "routine_id => %(routine_id)s, source => %(source)s,"
+    " variables => %(variables)s::pg_catalog.jsonb,"
     " trigger_id => %(trigger_id)s, claimed_tick => %(claimed_tick)s,"
     " explicit_key => %(explicit_key)s, missed_ticks => %(missed_ticks)s,"
     " missed_since => %(missed_since)s, missed_truncated => %(missed_truncated)s)"
@@ -300,7 +304,7 @@ SYNC_ROUTINE_RUN_STATUS = Query(
 REQUEST_WAKEUP = Query(
     "SELECT outcome, dedup_kind, wakeup_request_id FROM office.request_wakeup("
     "agent_profile_id => %(agent_profile_id)s, source => %(source)s, reason => %(reason)s,"
-    " payload => %(payload)s::jsonb, idempotency_key => %(idempotency_key)s)"
+    " payload => %(payload)s::pg_catalog.jsonb, idempotency_key => %(idempotency_key)s)"
 )
 
 DISPATCH_WAKEUP = Query(
@@ -314,18 +318,20 @@ FAIL_WAKEUP = Query(
 
 # Who holds a key that a statement collided with (raw INSERT, older schema).
 FIND_RUN_BY_KEY = Query(
-    "SELECT id, agent_profile_id, reason FROM office.runs WHERE idempotency_key = %(key)s"
+    "SELECT id, agent_profile_id, reason FROM office.runs"
+    " WHERE idempotency_key OPERATOR(pg_catalog.=) %(key)s"
 )
 FIND_WAKEUP_BY_KEY = Query(
     "SELECT id, agent_profile_id, reason FROM office.wakeup_requests"
-    " WHERE idempotency_key = %(key)s"
+    " WHERE idempotency_key OPERATOR(pg_catalog.=) %(key)s"
 )
 
 # What a connection that ran raw statements gets before it is reused (the
 # default reset of asyncpg pools; psycopg allows several statements here
 # because there are no parameters).
 RESET_SESSION = Query(
-    "CLOSE ALL; UNLISTEN *; RESET ALL; SELECT pg_advisory_unlock_all()", parametrized=False
+    "CLOSE ALL; UNLISTEN *; RESET ALL; SELECT pg_catalog.pg_advisory_unlock_all()",
+    parametrized=False,
 )
 
 # The bulk fallback's transaction (see Operations.enqueue_each).

@@ -6,27 +6,53 @@ through :func:`version_step` or :func:`upgrade_step`, so both install paths
 run the very same SQL. A database that already has the extension is moved
 forward with ``ALTER EXTENSION office UPDATE`` instead: mixing the two paths
 in one database would leave objects that belong to neither.
+
+Nothing here resolves a name through the caller's ``search_path``, which in a
+database someone else controls may put ``public`` (and whatever was planted
+there) before ``pg_catalog`` (ARCHITECTURE.md, principle 8): each step pins
+``pg_catalog, pg_temp`` for its own transaction, the probe of the installed
+extension runs pinned, and yoyo's bookkeeping runs with only the schema of its
+tables on the path, so that ``pg_catalog`` is searched first.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
-from yoyo import get_backend, read_migrations, step
+from psycopg import sql
+from yoyo import read_migrations, step
+from yoyo.backends.core.postgresql import PostgresqlPsycopgBackend
+from yoyo.connections import parse_uri
+from yoyo.migrations import default_migration_table
 
 from controlplane import schema
+
+# Transaction-local (is_local): yoyo runs every migration in a transaction, so
+# the caller's setting is back once the step commits or rolls back. The frozen
+# 0.1.0-0.3.0 scripts do not pin it themselves, and their SQL-standard bodies,
+# views, defaults and constraints bind their names when they are created.
+PIN_SEARCH_PATH = "SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);\n"
+
+
+def pinned(script: str) -> str:
+    """``script`` made to run with ``search_path`` pinned to ``pg_catalog, pg_temp``."""
+    return PIN_SEARCH_PATH + script
 
 
 def version_step(version: str) -> Any:
     """A yoyo step that installs ``version`` from nothing."""
-    return step(schema.plain_sql(schema.install_script(version)), "DROP SCHEMA office CASCADE")
+    return step(
+        pinned(schema.plain_sql(schema.install_script(version))),
+        pinned("DROP SCHEMA office CASCADE"),
+    )
 
 
 def upgrade_step(source: str, target: str) -> Any:
     """A yoyo step that upgrades ``source`` to ``target``."""
-    return step(schema.plain_sql(schema.upgrade_script(source, target)))
+    return step(pinned(schema.plain_sql(schema.upgrade_script(source, target))))
 
 
 def yoyo_url(dsn: str) -> str:
@@ -37,6 +63,42 @@ def yoyo_url(dsn: str) -> str:
     if dsn.startswith("postgresql+psycopg://"):
         return dsn
     raise ValueError(f"not a postgresql:// URL: {dsn!r} (yoyo takes URLs, not key=value DSNs)")
+
+
+class _Backend(PostgresqlPsycopgBackend):  # type: ignore[misc]
+    """yoyo's psycopg backend, listing its tables without a resolvable operator.
+
+    Its own query compares ``information_schema.tables.table_schema`` (a
+    domain) with a parameter; no operator in ``pg_catalog`` takes that domain
+    exactly, so one planted for it on the path would be chosen even after
+    ``pg_catalog``. Everything else yoyo runs matches ``pg_catalog`` exactly.
+    """
+
+    def list_tables(self, **kwargs: Any) -> list[str]:
+        cursor = self.execute(
+            "SELECT c.relname FROM pg_catalog.pg_class c"
+            " JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace"
+            " WHERE n.nspname OPERATOR(pg_catalog.=) pg_catalog.current_schema()"
+        )
+        return [str(row[0]) for row in cursor.fetchall()]
+
+
+def _backend(url: str, bookkeeping_schema: str) -> Any:
+    """A yoyo backend whose connections (bookkeeping and steps alike) have only
+    ``bookkeeping_schema`` on ``search_path``, through yoyo's own ``schema``
+    URL parameter (it issues ``SET search_path TO`` its value)."""
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query) if k != "schema"]
+    query.append(("schema", bookkeeping_schema))
+    backend = _Backend(
+        parse_uri(urlunsplit(parts._replace(query=urlencode(query)))), default_migration_table
+    )
+    backend.init_database()
+    return backend
+
+
+def _pin(conn: psycopg.Connection[Any]) -> None:
+    conn.execute("SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false)")
 
 
 @dataclass(frozen=True)
@@ -50,8 +112,16 @@ def migrate(dsn: str, target: str | None = None) -> MigrateResult:
     """Bring the database at ``dsn`` to the current schema (or to migration
     ``target``, e.g. ``0001.office-0.1.0``, for testing old versions)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
+        # Where yoyo has always kept its tables (the caller's current schema,
+        # public unless the path says otherwise): read before pinning.
+        current = conn.execute("SELECT current_schema").fetchone()
+        bookkeeping_schema = (
+            sql.Identifier(str(current[0])).as_string(conn) if current and current[0] else None
+        )
+        _pin(conn)
         row = conn.execute(
-            "SELECT extversion FROM pg_extension WHERE extname = 'office'"
+            "SELECT extversion FROM pg_catalog.pg_extension"
+            " WHERE extname OPERATOR(pg_catalog.=) 'office'"
         ).fetchone()
         if row is not None:
             if target is not None:
@@ -64,7 +134,9 @@ def migrate(dsn: str, target: str | None = None) -> MigrateResult:
             version = str(after[0]) if after else before
             return MigrateResult("extension", [] if version == before else [version], version)
 
-    backend = get_backend(yoyo_url(dsn))
+    if bookkeeping_schema is None:
+        raise ValueError("no schema on search_path exists to keep yoyo's tables in")
+    backend = _backend(yoyo_url(dsn), bookkeeping_schema)
     migrations = read_migrations(str(schema.migrations_dir()))
     with backend.lock():
         pending = backend.to_apply(migrations)

@@ -36,9 +36,19 @@ BEGIN
                                         v_owner::regrole, session_user),
             HINT = 'Drop or rename that schema, then install office again.';
     END IF;
+    -- Another role allowed to create in it could add an overload of an office
+    -- function that a caller's untyped arguments would prefer.
+    IF EXISTS (SELECT FROM pg_catalog.pg_namespace n, pg_catalog.aclexplode(n.nspacl) a
+               WHERE n.nspname = 'office' AND a.privilege_type = 'CREATE'
+                 AND a.grantee <> n.nspowner) THEN
+        RAISE EXCEPTION USING ERRCODE = '42501',
+            MESSAGE = 'schema office already exists and lets roles other than its owner create in it',
+            HINT = 'Revoke CREATE on schema office from them, or drop that schema, then install office again.';
+    END IF;
     IF EXISTS (SELECT FROM pg_catalog.pg_class c WHERE c.relnamespace = 'office'::regnamespace)
        OR EXISTS (SELECT FROM pg_catalog.pg_proc f WHERE f.pronamespace = 'office'::regnamespace)
-       OR EXISTS (SELECT FROM pg_catalog.pg_type t WHERE t.typnamespace = 'office'::regnamespace) THEN
+       OR EXISTS (SELECT FROM pg_catalog.pg_type t WHERE t.typnamespace = 'office'::regnamespace)
+       OR EXISTS (SELECT FROM pg_catalog.pg_operator o WHERE o.oprnamespace = 'office'::regnamespace) THEN
         RAISE EXCEPTION USING ERRCODE = '42P06',
             MESSAGE = 'schema office already exists and is not empty',
             HINT = 'Install office into a database without a schema named office.';

@@ -3,7 +3,9 @@
 --
 -- Pure functions: IMMUTABLE, PARALLEL SAFE, never SECURITY DEFINER, pinned to
 -- search_path = pg_catalog, pg_temp so a caller's schemas cannot shadow
--- sha256/encode/to_char/|| and friends. The Python twins in
+-- sha256/encode/to_char/|| and friends. The two SQL-standard bodies are bound
+-- when they are created, before their own search_path applies, so they name
+-- pg_catalog for every call and operator (ARCHITECTURE.md, principle 8). The Python twins in
 -- controlplane/keys.py must return byte-identical text; both are checked
 -- against tests/vectors/keys.json.
 --
@@ -150,7 +152,7 @@ CREATE FUNCTION office.second_precision_text(ts timestamptz)
     RETURNS text
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
-    RETURN to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS');
+    RETURN pg_catalog.to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS');
 COMMENT ON FUNCTION office.second_precision_text(timestamptz) IS
     'The instant as YYYY-MM-DD HH24:MI:SS in UTC (truncated to whole seconds), whatever the '
     'session TimeZone (DOMAIN.md §2.22, §3.10).';
@@ -163,8 +165,14 @@ CREATE FUNCTION office.routine_fingerprint(title text, description text, assigne
     RETURNS text
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
-    RETURN encode(substr(sha256(convert_to(title || '|' || description || '|' || assignee, 'UTF8')),
-                         1, 16), 'hex');
+    RETURN pg_catalog.encode(
+        pg_catalog.substr(
+            pg_catalog.sha256(pg_catalog.convert_to(
+                title OPERATOR(pg_catalog.||) '|' OPERATOR(pg_catalog.||) description
+                    OPERATOR(pg_catalog.||) '|' OPERATOR(pg_catalog.||) assignee,
+                'UTF8')),
+            1, 16),
+        'hex');
 COMMENT ON FUNCTION office.routine_fingerprint(text, text, text) IS
     'Routine dispatch fingerprint: the first 16 bytes of sha256(title|description|assignee) as 32 '
     'lowercase hex characters (DOMAIN.md §3.9). Empty texts are allowed.';

@@ -2,9 +2,13 @@
 --
 -- dedup_stats and keyless_stats sum the striped counters of 25_counters.sql;
 -- queue_stats reads office.runs. Readers get SELECT on the views only.
+--
+-- A view is bound when it is created, under the installer's search_path, so
+-- every function and operator is named in pg_catalog (ARCHITECTURE.md,
+-- principle 8): a planted public.count(text) is then never chosen.
 
 CREATE VIEW office.dedup_stats AS
-SELECT c.queue, c.reason, c.kind, sum(c.total)::bigint AS total
+SELECT c.queue, c.reason, c.kind, pg_catalog.sum(c.total)::bigint AS total
   FROM office.dedup_counters c
  GROUP BY c.queue, c.reason, c.kind;
 COMMENT ON VIEW office.dedup_stats IS
@@ -13,7 +17,7 @@ REVOKE ALL ON office.dedup_stats FROM PUBLIC;
 GRANT SELECT ON office.dedup_stats TO office_reader, office_admin;
 
 CREATE VIEW office.keyless_stats AS
-SELECT c.reason, c.cause, sum(c.total)::bigint AS total
+SELECT c.reason, c.cause, pg_catalog.sum(c.total)::bigint AS total
   FROM office.keyless_counters c
  GROUP BY c.reason, c.cause;
 COMMENT ON VIEW office.keyless_stats IS
@@ -23,12 +27,12 @@ GRANT SELECT ON office.keyless_stats TO office_reader, office_admin;
 
 CREATE VIEW office.queue_stats AS
 SELECT s.status,
-       count(DISTINCT r.agent_profile_id)::bigint AS agents,
-       count(r.id)::bigint AS runs,
-       min(r.requested_at) AS oldest_requested_at
+       pg_catalog.count(DISTINCT r.agent_profile_id)::bigint AS agents,
+       pg_catalog.count(r.id)::bigint AS runs,
+       pg_catalog.min(r.requested_at) AS oldest_requested_at
   FROM (VALUES (1, 'queued'), (2, 'claimed'), (3, 'finished'), (4, 'failed'), (5, 'cancelled'))
        AS s(ord, status)
-  LEFT JOIN office.runs r ON r.status = s.status
+  LEFT JOIN office.runs r ON r.status OPERATOR(pg_catalog.=) s.status
  GROUP BY s.ord, s.status
  ORDER BY s.ord;
 COMMENT ON VIEW office.queue_stats IS

@@ -134,6 +134,34 @@ REVOKE EXECUTE ON FUNCTION office._window(text, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office._window(text, interval)
     TO office_producer, office_worker, office_reader, office_admin;
 
+-- === keys (10_keys.sql) =======================================================
+
+-- The SQL-standard bodies are bound when they are created, under the
+-- installer's search_path (public, pg_temp for an upgrade of a 0.3.0 install);
+-- they now name pg_catalog for every call and operator, and are created again
+-- under the pinned path, so a look-alike planted in public before 0.3.0 was
+-- installed is no longer bound (issue 10).
+
+CREATE OR REPLACE FUNCTION office.second_precision_text(ts timestamptz)
+    RETURNS text
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    RETURN pg_catalog.to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS');
+
+CREATE OR REPLACE FUNCTION office.routine_fingerprint(title text, description text, assignee text)
+    RETURNS text
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    RETURN pg_catalog.encode(
+        pg_catalog.substr(
+            pg_catalog.sha256(pg_catalog.convert_to(
+                title OPERATOR(pg_catalog.||) '|' OPERATOR(pg_catalog.||) description
+                    OPERATOR(pg_catalog.||) '|' OPERATOR(pg_catalog.||) assignee,
+                'UTF8')),
+            1, 16),
+        'hex');
+-- (end of keys)
+
 -- === agents (20_agents.sql) ====================================================
 CREATE OR REPLACE FUNCTION office.upsert_agent(id text, workspace_id text, name text DEFAULT '',
                                     status text DEFAULT 'idle')
@@ -1348,6 +1376,31 @@ GRANT EXECUTE ON FUNCTION office.fire_routine_tick(text, timestamptz, timestampt
 -- (end of daemon)
 
 -- === observability (80_observability.sql) ======================================
+
+-- Views are bound when they are created: they now name pg_catalog for every
+-- function and operator, and are created again under the pinned path.
+
+CREATE OR REPLACE VIEW office.dedup_stats AS
+SELECT c.queue, c.reason, c.kind, pg_catalog.sum(c.total)::bigint AS total
+  FROM office.dedup_counters c
+ GROUP BY c.queue, c.reason, c.kind;
+
+CREATE OR REPLACE VIEW office.keyless_stats AS
+SELECT c.reason, c.cause, pg_catalog.sum(c.total)::bigint AS total
+  FROM office.keyless_counters c
+ GROUP BY c.reason, c.cause;
+
+CREATE OR REPLACE VIEW office.queue_stats AS
+SELECT s.status,
+       pg_catalog.count(DISTINCT r.agent_profile_id)::bigint AS agents,
+       pg_catalog.count(r.id)::bigint AS runs,
+       pg_catalog.min(r.requested_at) AS oldest_requested_at
+  FROM (VALUES (1, 'queued'), (2, 'claimed'), (3, 'finished'), (4, 'failed'), (5, 'cancelled'))
+       AS s(ord, status)
+  LEFT JOIN office.runs r ON r.status OPERATOR(pg_catalog.=) s.status
+ GROUP BY s.ord, s.status
+ ORDER BY s.ord;
+
 -- (end of observability)
 
 -- === version ==================================================================
