@@ -32,6 +32,9 @@ class StatsLoop(Loop):
         m.wakeups_queued.set(int(stats["queued_wakeups"]))
         m.triggers_due.set(int(stats["due_triggers"]))
         m.oldest_claim_age.set(float(stats["oldest_claim_age_seconds"] or 0.0))
+        # (None before 0.4.0.)
+        for loop, rows in (stats.get("poison_by_loop") or {}).items():
+            m.poison_rows.labels(loop=loop).set(int(rows))
         for row in queue:
             m.runs.labels(status=row["status"]).set(int(row["runs"]))
         for row in dedup:
