@@ -457,6 +457,14 @@ POISON_ROWS = {
 def check_poison(conn: psycopg.Connection[Any]) -> Iterator[Finding]:
     if _one(conn, "SELECT to_regclass('office.poison')") is None:
         return  # before 0.4.0 (the version check says so)
+    if not _one(conn, "SELECT has_table_privilege('office.poison', 'SELECT')"):
+        yield Finding(
+            check="poison",
+            status=Status.WARNING,
+            detail="cannot read office.poison (the rows the daemon set aside) as this role",
+            fix="run officectl doctor as a member of office_reader or office_admin",
+        )
+        return
     rows = conn.execute(
         "SELECT loop, row_id, reason, sqlstate, set_aside_at, count(*) OVER () FROM office.poison"
         ' ORDER BY set_aside_at, loop, row_id COLLATE "C" LIMIT %s',
