@@ -519,3 +519,21 @@ def test_doctor_says_nothing_is_set_aside(db: psycopg.Connection[Any]) -> None:
     [finding] = [f for f in doctor.run_checks(db) if f.check == "poison"]
     assert finding.status is doctor.Status.OK
     assert json.loads(finding.model_dump_json())["detail"].startswith("no row set aside")
+
+
+def test_stats_reads_its_gauges_whatever_the_times(db: psycopg.Connection[Any], dsn: str) -> None:
+    """The oldest pending event and the oldest claim, written by hand
+    outside Python's years, do not stop the stats loop."""
+    db.execute("SELECT office.upsert_agent('agent-g', 'ws')")
+    db.execute("INSERT INTO office.events (topic, created_at) VALUES ('task.moved', 'infinity')")
+    db.execute(
+        "INSERT INTO office.runs (agent_profile_id, reason, status, attempt, claimed_at)"
+        " VALUES ('agent-g', 'x', 'claimed', 1, '4713-01-01 BC')"
+    )
+    with daemon(dsn, "--metrics-port", "0", *only("none")) as run:
+        port = run.metrics_port()
+        wait_for(lambda: "office_outbox_pending_events 1.0" in scrape(port), "the gauges")
+        text = scrape(port)
+        assert "office_outbox_lag_seconds -Inf" in text
+        assert sample(text, "office_loop_errors_total", "stats") == 0
+        assert run.terminate() == 0

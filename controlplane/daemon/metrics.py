@@ -17,7 +17,8 @@ Work done:
 * ``office_events_handled_total{topic,action}`` - outbox events, by what the
   subscriber did (enqueued, skipped, ignored, failed);
 * ``office_wakeups_dispatched_total{status}`` - queued wakeups the daemon
-  dispatched (claimed, coalesced, skipped, noop, failed, queued = raised);
+  dispatched (claimed, coalesced, skipped, noop, failed, queued = raised,
+  set_aside = raised and set aside as poison);
 * ``office_routine_ticks_total{outcome}`` - cron ticks: fired, lost (another
   daemon claimed it), armed, rearmed, error;
 * ``office_runs_recovered_total``, ``office_runs_pruned_total``,

@@ -618,9 +618,10 @@ CREATE FUNCTION office.daemon_stats()
     SET search_path = pg_catalog, pg_temp
 AS $$
     -- Set-aside rows are not work waiting: they are counted on their own and
-    -- never make the outbox lag grow.
+    -- never make the outbox lag grow. The ages subtract epochs: a time written
+    -- by hand may be infinite, which timestamp subtraction refuses.
     SELECT e.pending, o.created_at,
-           coalesce(extract(epoch FROM now() - o.created_at)::double precision, 0),
+           coalesce((extract(epoch FROM now()) - extract(epoch FROM o.created_at))::double precision, 0),
            (SELECT count(*) FROM office.wakeup_requests w WHERE w.status = 'queued'
                AND NOT EXISTS (SELECT FROM office.poison q WHERE q.loop = 'wakeups' AND q.row_id = w.id)),
            (SELECT count(*) FROM office.routine_triggers t JOIN office.routines r ON r.id = t.routine_id
@@ -628,7 +629,7 @@ AS $$
                AND (t.next_run_at IS NULL OR t.next_run_at <= now())
                AND NOT EXISTS (SELECT FROM office.poison q WHERE q.loop = 'cron' AND q.row_id = t.id)),
            c.claimed, c.oldest,
-           coalesce(extract(epoch FROM now() - c.oldest)::double precision, 0),
+           coalesce((extract(epoch FROM now()) - extract(epoch FROM c.oldest))::double precision, 0),
            (SELECT count(*) FROM office.poison),
            (SELECT jsonb_object_agg(l.loop, (SELECT count(*) FROM office.poison q WHERE q.loop = l.loop))
               FROM unnest(ARRAY['subscriber', 'wakeups', 'cron', 'sweep', 'recovery', 'prune']) AS l (loop))
