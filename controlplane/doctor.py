@@ -21,6 +21,9 @@ Checks:
 * workspaces - rows that reference across workspaces (a task's parent, blocker
   or assignee, a routine's assignee in another workspace): 0.4.0 refuses new
   ones (OFW01) but does not re-check rows written before it.
+* poison - the rows the daemon's loops set aside because they cannot process
+  them (``office.poison``), one warning each, with the error and how to
+  release the row once repaired.
 """
 
 from __future__ import annotations
@@ -514,6 +517,73 @@ def check_workspaces(conn: psycopg.Connection[Any]) -> Iterator[Finding]:
         )
 
 
+# --- poison ----------------------------------------------------------------------------
+
+#: How many set-aside rows are listed one by one (the rest are counted).
+POISON_LISTED = 50
+
+#: What the row id of each loop's set-aside rows is, and where to look at it.
+POISON_ROWS = {
+    "subscriber": "event {id} (SELECT * FROM office.events WHERE id = {id})",
+    "wakeups": "wakeup request {id!r} (office.wakeup_requests)",
+    "cron": "routine trigger {id!r} (office.routine_triggers)",
+    "sweep": "parent task {id!r} (office.tasks)",
+    "recovery": "run {id!r} (office.runs)",
+    "prune": "row {id!r}",
+}
+
+
+def check_poison(conn: psycopg.Connection[Any]) -> Iterator[Finding]:
+    if _one(conn, "SELECT to_regclass('office.poison')") is None:
+        return  # before 0.4.0 (the version check says so)
+    if not _one(conn, "SELECT has_table_privilege('office.poison', 'SELECT')"):
+        yield Finding(
+            check="poison",
+            status=Status.WARNING,
+            detail="cannot read office.poison (the rows the daemon set aside) as this role",
+            fix="run officectl doctor as a member of office_reader or office_admin",
+        )
+        return
+    rows = conn.execute(
+        "SELECT loop, row_id, reason, sqlstate, set_aside_at, count(*) OVER () FROM office.poison"
+        ' ORDER BY set_aside_at, loop, row_id COLLATE "C" LIMIT %s',
+        (POISON_LISTED,),
+    ).fetchall()
+    if not rows:
+        yield Finding(
+            check="poison",
+            status=Status.OK,
+            detail="no row set aside by the daemon's loops (office.poison is empty)",
+        )
+        return
+    for loop, row_id, reason, sqlstate, set_aside_at, _ in rows:
+        what = POISON_ROWS[loop].format(id=row_id)
+        yield Finding(
+            check="poison",
+            status=Status.WARNING,
+            detail=(
+                f"the {loop} loop set aside {what} at {set_aside_at:%Y-%m-%d %H:%M:%S%z}: "
+                f"{reason}" + (f" (SQLSTATE {sqlstate})" if sqlstate else "")
+            ),
+            fix=(
+                f"repair or delete the row, then SELECT office.release_poison('{loop}', "
+                f"{_literal(row_id)}) to have the loop process it again"
+                " (docs/operations.md, Poison)"
+            ),
+        )
+    total = int(rows[0][5])
+    if total > len(rows):
+        yield Finding(
+            check="poison",
+            status=Status.WARNING,
+            detail=f"{total - len(rows)} more rows set aside (SELECT * FROM office.poison)",
+        )
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
 CHECKS = (
     check_version,
     check_indexes,
@@ -523,6 +593,7 @@ CHECKS = (
     check_settings,
     check_probes,
     check_workspaces,
+    check_poison,
 )
 
 

@@ -23,16 +23,23 @@ event is a dedup, never a second run.
 
 Events are acknowledged after they were handled. An event whose handler
 raised stays unacknowledged and is delivered again once its visibility
-timeout expires (at-least-once); after ``give_up_after`` deliveries it is
-acknowledged anyway and logged at ERROR, so one poison event cannot circle
-forever. Keyless enqueues cannot be deduplicated: a redelivered keyless event
-may add a run (or coalesce into the first one inside the coalesce window).
+timeout expires (at-least-once); after ``give_up_after`` deliveries it is set
+aside (``office.set_aside``: ``office.poison``, loop ``subscriber``), so one
+poison event cannot circle forever. So is, at once, an event that cannot even
+be decoded - a payload nested too deep for Python's JSON decoder, a time
+outside Python's range, anything the owner wrote by hand: each row of a batch
+is decoded on its own, so such an event never holds up the rest of its
+batch. ``claim_events`` leaves set-aside events out; ``officectl doctor``
+lists them and ``office.release_poison`` puts one back. Keyless enqueues
+cannot be deduplicated: a redelivered keyless event may add a run (or
+coalesce into the first one inside the coalesce window).
 """
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from enum import StrEnum
 from typing import Any
@@ -40,7 +47,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from controlplane import keys
-from controlplane.client import Office
+from controlplane.client import Office, as_interval
 from controlplane.errors import AgentNotAcceptingRuns, AgentNotFound
 from controlplane.models import EnqueueResult, KeylessCause
 from controlplane.tasks import Event, EventTopic
@@ -61,6 +68,25 @@ DEFAULT_CONSUMER = "controlplane.subscriber"
 REASON_TASK_ASSIGNED = "task_assigned"
 DETAIL_MISSING_GENERATION = "event_missing_generation"
 DETAIL_STORED_RUNNER = "stored_runner_fallback"
+#: ``office.poison``'s name of the subscriber loop.
+POISON_LOOP = "subscriber"
+
+# The batch as values that always load: the payload as text (decoded row by
+# row, where a failure concerns one event) and a creation time outside what
+# Python represents as NULL (the row then fails to validate, on its own).
+# claim_events itself sets claimed_at and visible_at.
+CLAIM_EVENTS = """
+SELECT e.id, e.topic, e.task_id, e.payload::text AS payload, e.deliveries, e.claimed_by,
+       e.claimed_at, e.visible_at,
+       CASE WHEN e.created_at BETWEEN '0001-01-02 00:00:00+00' AND '9999-12-30 00:00:00+00'
+            THEN e.created_at END AS created_at
+  FROM office.claim_events(consumer => %(consumer)s, max_rows => %(max_rows)s,
+                           visibility => %(visibility)s) e
+ ORDER BY e.id
+"""
+SET_ASIDE = (
+    "SELECT office.set_aside(loop => %(loop)s, row_id => %(row_id)s, reason => %(reason)s) AS new"
+)
 
 
 class HandlerAction(StrEnum):
@@ -97,6 +123,8 @@ class SubscriberReport(BaseModel):
     claimed: int = 0
     acked: int = 0
     handled: list[HandledEvent] = Field(default_factory=list)
+    #: Events set aside by this batch (undecodable, or failed give_up_after times).
+    set_aside: list[int] = Field(default_factory=list)
 
     @property
     def runs_created(self) -> int:
@@ -108,6 +136,18 @@ class SubscriberReport(BaseModel):
 
 
 Handler = Callable[[Event], HandledEvent]
+
+
+def poison_reason(text: str) -> str:
+    """An error text as ``office.set_aside`` stores it: short (the error may
+    quote the poison value), one line, no NUL (text cannot hold one)."""
+    return " ".join(text.replace("\x00", " ").split())[:1000]
+
+
+def decode_event(row: Mapping[str, Any]) -> Event:
+    """An :class:`Event` from a row of :data:`CLAIM_EVENTS` (payload as
+    text). Raises whatever the row's values make Python raise."""
+    return Event.model_validate({**row, "payload": json.loads(row["payload"])})
 
 
 def _generation(value: Any) -> int | None:
@@ -146,26 +186,44 @@ class EventSubscriber:
 
     def run_once(self, max_rows: int = 100) -> SubscriberReport:
         """Claim up to ``max_rows`` events, handle each, acknowledge those
-        handled (and those that failed ``give_up_after`` times)."""
-        events = self.office.claim_events(self.consumer, max_rows, self.visibility)
-        handled = [self.handle(event) for event in events]
-        done = [
-            h.event_id
-            for h, event in zip(handled, events, strict=True)
-            if h.acknowledged or event.deliveries >= self.give_up_after
-        ]
-        for h, event in zip(handled, events, strict=True):
-            if not h.acknowledged and event.deliveries >= self.give_up_after:
-                log.error(
-                    "giving up on event %s (%s) after %s deliveries: %s",
-                    event.id,
-                    event.topic,
-                    event.deliveries,
-                    h.detail,
-                    extra={"event_id": event.id, "topic": event.topic},
+        handled; set aside those that cannot be decoded and those that failed
+        ``give_up_after`` times."""
+        params = {
+            "consumer": self.consumer,
+            "max_rows": max_rows,
+            "visibility": as_interval(self.visibility),
+        }
+        rows = self.office.execute(CLAIM_EVENTS, params).rows
+        handled: list[HandledEvent] = []
+        set_aside: list[int] = []
+        for row in rows:
+            try:
+                event = decode_event(row)
+            except Exception as exc:
+                # Whatever the row's values make Python raise (a payload too
+                # deep is a RecursionError, not a ValueError) concerns it alone.
+                self.set_aside(row["id"], f"undecodable event: {type(exc).__name__}: {exc}")
+                set_aside.append(row["id"])
+                continue
+            outcome = self.handle(event)
+            handled.append(outcome)
+            if not outcome.acknowledged and event.deliveries >= self.give_up_after:
+                self.set_aside(
+                    event.id, f"handler failed {event.deliveries} times: {outcome.detail}"
                 )
+                set_aside.append(event.id)
+        done = [h.event_id for h in handled if h.acknowledged]
         acked = self.office.ack_events(done) if done else 0
-        return SubscriberReport(claimed=len(events), acked=acked, handled=handled)
+        return SubscriberReport(
+            claimed=len(rows), acked=acked, handled=handled, set_aside=set_aside
+        )
+
+    def set_aside(self, event_id: int, reason: str) -> bool:
+        """Set an event aside (``office.poison``); True when it was not
+        already. The daemon logs and counts it once (``take_poison_reports``)."""
+        log.debug("setting event %s aside: %s", event_id, reason, extra={"event_id": event_id})
+        params = {"loop": POISON_LOOP, "row_id": str(event_id), "reason": poison_reason(reason)}
+        return bool(self.office.execute(SET_ASIDE, params).rows[0]["new"])
 
     def handle(self, event: Event) -> HandledEvent:
         """Handle one event with the handler of its topic; never raises."""

@@ -504,24 +504,53 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_count int;
+    v_id    text;
+    v_msg   text;
+    v_state text;
 BEGIN
     PERFORM office._check_interval('older_than', recover_stale_runs.older_than);
-    -- A run its worker is finishing right now is locked: skip it.
-    WITH stale AS (
+    -- A run its worker is finishing right now is locked: skip it. A run set
+    -- aside (office.poison) is left where it is.
+    BEGIN
+        WITH stale AS (
+            SELECT s.id FROM office.runs s
+             WHERE s.status = 'claimed' AND s.claimed_at < now() - recover_stale_runs.older_than
+               AND NOT EXISTS (SELECT FROM office.poison q WHERE q.loop = 'recovery' AND q.row_id = s.id)
+               FOR UPDATE SKIP LOCKED
+        )
+        UPDATE office.runs r
+           SET status = 'queued', claimed_at = NULL, claimed_by = NULL
+          FROM stale
+         WHERE r.id = stale.id;
+        GET DIAGNOSTICS v_count = ROW_COUNT;
+        RETURN v_count;
+    EXCEPTION WHEN OTHERS THEN
+        -- One run the queue cannot take back (say, written by hand with a
+        -- reason too long for the queued-runs index: 54000) fails the
+        -- statement for all: requeue them one by one and set aside the runs
+        -- that fail, so the others are still recovered.
+        NULL;
+    END;
+    v_count := 0;
+    FOR v_id IN
         SELECT s.id FROM office.runs s
          WHERE s.status = 'claimed' AND s.claimed_at < now() - recover_stale_runs.older_than
+           AND NOT EXISTS (SELECT FROM office.poison q WHERE q.loop = 'recovery' AND q.row_id = s.id)
            FOR UPDATE SKIP LOCKED
-    )
-    UPDATE office.runs r
-       SET status = 'queued', claimed_at = NULL, claimed_by = NULL
-      FROM stale
-     WHERE r.id = stale.id;
-    GET DIAGNOSTICS v_count = ROW_COUNT;
+    LOOP
+        BEGIN
+            UPDATE office.runs r SET status = 'queued', claimed_at = NULL, claimed_by = NULL WHERE r.id = v_id;
+            v_count := v_count + 1;
+        EXCEPTION WHEN OTHERS THEN
+            GET STACKED DIAGNOSTICS v_msg = MESSAGE_TEXT, v_state = RETURNED_SQLSTATE;
+            PERFORM office.set_aside('recovery', v_id, v_msg, v_state);
+        END;
+    END LOOP;
     RETURN v_count;
 END
 $$;
 COMMENT ON FUNCTION office.recover_stale_runs(interval) IS
-    'claimed for longer than older_than -> queued (claimed_at, claimed_by cleared; attempt kept, so the old worker is fenced). Returns the count.';
+    'claimed for longer than older_than -> queued (claimed_at, claimed_by cleared; attempt kept, so the old worker is fenced). A run that cannot be requeued is set aside (office.poison, loop recovery) and the others are recovered. Returns the count.';
 REVOKE EXECUTE ON FUNCTION office.recover_stale_runs(interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.recover_stale_runs(interval) TO office_admin;
 

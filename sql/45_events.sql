@@ -183,6 +183,7 @@ BEGIN
           FROM office.events p
          WHERE p.processed_at IS NULL
            AND (p.visible_at IS NULL OR p.visible_at <= now())
+           AND NOT EXISTS (SELECT FROM office.poison q WHERE q.loop = 'subscriber' AND q.row_id = p.id::text)
          ORDER BY p.id
          LIMIT claim_events.max_rows
            FOR UPDATE SKIP LOCKED
@@ -200,7 +201,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION office.claim_events(text, int, interval) IS
-    'Claims up to max_rows pending events, oldest first, for consumer (recorded for diagnosis), hiding them from other claimers for visibility; never waits for and never shares an event with a concurrent claimer. An event not acknowledged in time is claimable again.';
+    'Claims up to max_rows pending events, oldest first, for consumer (recorded for diagnosis), hiding them from other claimers for visibility; never waits for and never shares an event with a concurrent claimer. An event not acknowledged in time is claimable again; one set aside (office.poison, loop subscriber) is not, until it is released.';
 REVOKE EXECUTE ON FUNCTION office.claim_events(text, int, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.claim_events(text, int, interval) TO office_worker, office_admin;
 

@@ -411,7 +411,9 @@ BEGIN
     RETURN QUERY
     SELECT s.parent_task_id, s.assignee_agent_profile_id, s.workflow_step_id, s.child_set_key,
            s.newest_child_updated_at
-      FROM (SELECT DISTINCT m.parent_task_id AS id FROM office.parent_wake_marks m) AS marked
+      FROM (SELECT DISTINCT m.parent_task_id AS id FROM office.parent_wake_marks m
+             WHERE NOT EXISTS (SELECT FROM office.poison q
+                                WHERE q.loop = 'sweep' AND q.row_id = m.parent_task_id)) AS marked
      CROSS JOIN LATERAL (SELECT st.* FROM office._parent_wake_stuck st
                           WHERE st.parent_task_id = marked.id OFFSET 0) AS s
      ORDER BY s.parent_task_id COLLATE "C"
@@ -419,7 +421,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION office.list_stuck_parents(int, text) IS
-    'Parents whose finished child wave was not delivered (every candidate condition of DOMAIN.md §2.20, applied before the LIMIT), ordered by parent id (bytewise): parent, assignee, step, child_set_key, newest_child_updated_at. Read from the parents marked since they were last found delivered; another reason than task_children_completed reads every open parent. Negative max_rows or empty reason 22023.';
+    'Parents whose finished child wave was not delivered (every candidate condition of DOMAIN.md §2.20, applied before the LIMIT), ordered by parent id (bytewise): parent, assignee, step, child_set_key, newest_child_updated_at. Read from the parents marked since they were last found delivered, leaving out those the sweep set aside (office.poison); another reason than task_children_completed reads every open parent. Negative max_rows or empty reason 22023.';
 REVOKE EXECUTE ON FUNCTION office.list_stuck_parents(int, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.list_stuck_parents(int, text)
     TO office_producer, office_reader, office_admin;
@@ -538,6 +540,9 @@ CREATE FUNCTION office.sweep_stuck_parents(max_rows int DEFAULT 5)
 AS $$
 DECLARE
     v_candidate record;
+    v_result    office.reconcile_result;
+    v_msg       text;
+    v_state     text;
 BEGIN
     IF sweep_stuck_parents.max_rows IS NULL OR sweep_stuck_parents.max_rows < 0 THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
@@ -570,12 +575,22 @@ BEGIN
         -- since the list was read.
         CONTINUE WHEN NOT EXISTS (SELECT FROM office._parent_wake_stuck st
                                    WHERE st.parent_task_id = v_candidate.parent_task_id);
-        RETURN NEXT office.reconcile_parent(v_candidate.parent_task_id, v_candidate.child_set_key,
-                                            v_candidate.newest_child_updated_at);
+        -- A parent whose reconcile raises (a value written by hand that the
+        -- run queue refuses) would take a slot of every tick: set it aside
+        -- (its marks stay) and go on with the others.
+        BEGIN
+            v_result := office.reconcile_parent(v_candidate.parent_task_id, v_candidate.child_set_key,
+                                                v_candidate.newest_child_updated_at);
+        EXCEPTION WHEN OTHERS THEN
+            GET STACKED DIAGNOSTICS v_msg = MESSAGE_TEXT, v_state = RETURNED_SQLSTATE;
+            PERFORM office.set_aside('sweep', v_candidate.parent_task_id, v_msg, v_state);
+            CONTINUE;
+        END;
+        RETURN NEXT v_result;
     END LOOP;
 END
 $$;
 COMMENT ON FUNCTION office.sweep_stuck_parents(int) IS
-    'One tick of the stuck-parent sweep: forgets the marked parents that are not stuck, lists up to max_rows stuck parents and reconciles each (one reconcile_result per parent; a parent another transaction holds, or that was delivered meanwhile, is left for the next tick). Negative max_rows 22023.';
+    'One tick of the stuck-parent sweep: forgets the marked parents that are not stuck, lists up to max_rows stuck parents and reconciles each (one reconcile_result per parent; a parent another transaction holds, or that was delivered meanwhile, is left for the next tick; one whose reconcile raises is set aside in office.poison, loop sweep, with no result). Negative max_rows 22023.';
 REVOKE EXECUTE ON FUNCTION office.sweep_stuck_parents(int) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.sweep_stuck_parents(int) TO office_producer, office_admin;

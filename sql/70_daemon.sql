@@ -20,7 +20,136 @@
 --   a request of an agent that does not accept runs stays queued until it
 --   does; one of an agent that no longer exists is failed.
 -- * daemon_stats: pending events and the age of the oldest (the outbox lag),
---   queued wakeups, due triggers, claimed runs.
+--   queued wakeups, due triggers, claimed runs, rows set aside.
+--
+-- Poison (API.md Conventions: nothing a caller stores can stop a loop). The
+-- owner can write anything into the tables, bypassing every check of the
+-- functions, so each loop must survive a row it cannot process: an
+-- undecodable payload, a time Python cannot represent, a value that makes
+-- its statement fail every time. Such a row is set aside in office.poison
+-- (the dead letters: one row per loop and row id, with the error) by
+-- office.set_aside, which the SQL loops call on a failing row and the daemon
+-- calls for what it cannot decode. Each loop's scan leaves set-aside rows out,
+-- so they never take a slot ahead of healthy work; take_poison_reports hands
+-- each new one to exactly one daemon, which logs it once and counts it
+-- (office_poison_total); officectl doctor lists them; release_poison puts a
+-- row back in its loop's way once it was repaired.
+
+CREATE TABLE office.poison (
+    loop         text NOT NULL
+                 CHECK (loop IN ('subscriber', 'wakeups', 'cron', 'sweep', 'recovery', 'prune')),
+    row_id       text NOT NULL CHECK (row_id <> ''),
+    reason       text NOT NULL,
+    sqlstate     text,
+    set_aside_at timestamptz NOT NULL DEFAULT now(),
+    reported_at  timestamptz,
+    PRIMARY KEY (loop, row_id)
+);
+SELECT pg_catalog.pg_extension_config_dump('office.poison', '');
+REVOKE ALL ON TABLE office.poison FROM PUBLIC;
+GRANT SELECT ON TABLE office.poison TO office_reader, office_admin;
+COMMENT ON TABLE office.poison IS
+    'Rows a background loop could not process, set aside (dead letters): the loop (subscriber: office.events.id; wakeups: wakeup_requests.id; cron: routine_triggers.id; sweep: the parent task id; recovery: runs.id), the row''s id, the error and its SQLSTATE (NULL: the daemon could not decode the row), when, and when a daemon logged and counted it. Each loop''s scan leaves these rows out until release_poison.';
+-- take_poison_reports: the rows no daemon has reported yet (few, if any).
+CREATE INDEX idx_poison_unreported ON office.poison (loop) WHERE reported_at IS NULL;
+
+-- A failure that says nothing about the row: a conflict with a concurrent
+-- transaction (class 40, 55P03), resources (53), the system (58). Such a row
+-- is tried again; any other failure comes from the row's own values, which
+-- the next attempt would meet again.
+CREATE FUNCTION office._transient_sqlstate(sqlstate text) RETURNS boolean
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN coalesce(left(sqlstate, 2) IN ('40', '53', '58') OR sqlstate = '55P03', false);
+END
+$$;
+COMMENT ON FUNCTION office._transient_sqlstate(text) IS
+    'Internal: true for a SQLSTATE that says nothing about the row being processed (classes 40, 53, 58 and 55P03): the row is tried again rather than set aside.';
+REVOKE EXECUTE ON FUNCTION office._transient_sqlstate(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._transient_sqlstate(text) TO office_admin;
+
+CREATE FUNCTION office.set_aside(loop text, row_id text, reason text, sqlstate text DEFAULT NULL)
+    RETURNS boolean
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF set_aside.loop IS NULL
+       OR set_aside.loop NOT IN ('subscriber', 'wakeups', 'cron', 'sweep', 'recovery', 'prune') THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('loop must be one of subscriber, wakeups, cron, sweep, recovery, prune, not %s',
+                             coalesce(quote_literal(left(set_aside.loop, 40)), 'NULL'));
+    END IF;
+    IF set_aside.row_id IS NULL OR set_aside.row_id = '' THEN
+        RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'row_id must not be empty';
+    END IF;
+    IF office._transient_sqlstate(set_aside.sqlstate) THEN
+        RETURN false;
+    END IF;
+    -- The reason quotes the failure, which may quote the poison value itself:
+    -- keep it short enough to store whatever it is.
+    INSERT INTO office.poison AS q (loop, row_id, reason, sqlstate)
+    VALUES (set_aside.loop, set_aside.row_id, left(coalesce(set_aside.reason, ''), 1000),
+            left(set_aside.sqlstate, 5))
+    ON CONFLICT ON CONSTRAINT poison_pkey DO NOTHING;
+    RETURN FOUND;
+END
+$$;
+COMMENT ON FUNCTION office.set_aside(text, text, text, text) IS
+    'Sets a row its loop cannot process aside in office.poison (reason cut to 1000 characters): the loop''s scan leaves it out from now on. True when it was set aside now; false when it already was, or when sqlstate is transient (class 40, 53, 58, 55P03: the row is tried again). Unknown loop, empty row_id 22023.';
+REVOKE EXECUTE ON FUNCTION office.set_aside(text, text, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.set_aside(text, text, text, text) TO office_worker, office_admin;
+
+CREATE FUNCTION office.take_poison_reports(loop text, max_rows int DEFAULT 100)
+    RETURNS TABLE (row_id text, reason text, sqlstate text)
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF take_poison_reports.max_rows IS NULL OR take_poison_reports.max_rows < 1 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('max_rows must be at least 1, not %s',
+                             coalesce(take_poison_reports.max_rows::text, 'NULL'));
+    END IF;
+    -- Whoever sets a row aside (a daemon, a loop function called by hand),
+    -- exactly one daemon reports it: a row another one is taking is skipped.
+    RETURN QUERY
+    WITH picked AS (
+        SELECT q.loop, q.row_id FROM office.poison q
+         WHERE q.loop = take_poison_reports.loop AND q.reported_at IS NULL
+         ORDER BY q.set_aside_at, q.row_id COLLATE "C"
+         LIMIT take_poison_reports.max_rows
+           FOR UPDATE SKIP LOCKED
+    )
+    UPDATE office.poison q SET reported_at = now()
+      FROM picked
+     WHERE q.loop = picked.loop AND q.row_id = picked.row_id
+    RETURNING q.row_id, q.reason, q.sqlstate;
+END
+$$;
+COMMENT ON FUNCTION office.take_poison_reports(text, int) IS
+    'The rows of loop set aside and not reported yet (at most max_rows), stamped reported_at: each is handed to exactly one caller, the daemon, which logs and counts it once. max_rows below 1: 22023.';
+REVOKE EXECUTE ON FUNCTION office.take_poison_reports(text, int) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.take_poison_reports(text, int) TO office_worker, office_admin;
+
+CREATE FUNCTION office.release_poison(loop text, row_id text) RETURNS boolean
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    DELETE FROM office.poison q WHERE q.loop = release_poison.loop AND q.row_id = release_poison.row_id;
+    RETURN FOUND;
+END
+$$;
+COMMENT ON FUNCTION office.release_poison(text, text) IS
+    'Puts a set-aside row back in its loop''s way (after repairing it): its next scan processes it again, and sets it aside again if it still fails. False when the row was not set aside.';
+REVOKE EXECUTE ON FUNCTION office.release_poison(text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.release_poison(text, text) TO office_admin;
 
 CREATE TYPE office.routine_tick_result AS (
     claimed               boolean,
@@ -66,12 +195,13 @@ BEGIN
        AND t.kind = 'cron'
        AND r.status = 'active'
        AND (t.next_run_at IS NULL OR t.next_run_at <= due_routine_triggers.at)
+       AND NOT EXISTS (SELECT FROM office.poison q WHERE q.loop = 'cron' AND q.row_id = t.id)
      ORDER BY t.next_run_at NULLS FIRST, t.id COLLATE "C"
      LIMIT due_routine_triggers.max_rows;
 END
 $$;
 COMMENT ON FUNCTION office.due_routine_triggers(timestamptz, int) IS
-    'The cron loop''s scan: enabled cron triggers of active routines that are not armed yet (next_run_at NULL) or due at the given time, with their routine''s catch-up policy; unarmed first, then oldest due, at most max_rows. NULL at or one outside 1970-01-01 .. 9999-12-31, max_rows below 1: 22023.';
+    'The cron loop''s scan: enabled cron triggers of active routines that are not armed yet (next_run_at NULL) or due at the given time, and not set aside (office.poison), with their routine''s catch-up policy; unarmed first, then oldest due, at most max_rows. NULL at or one outside 1970-01-01 .. 9999-12-31, max_rows below 1: 22023.';
 REVOKE EXECUTE ON FUNCTION office.due_routine_triggers(timestamptz, int) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.due_routine_triggers(timestamptz, int)
     TO office_worker, office_reader, office_admin;
@@ -173,6 +303,7 @@ DECLARE
     v_req      record;
     v_dispatch office.wakeup_dispatch_result;
     v_msg      text;
+    v_state    text;
 BEGIN
     IF dispatch_queued_wakeups.max_rows IS NULL OR dispatch_queued_wakeups.max_rows < 1 THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
@@ -189,6 +320,7 @@ BEGIN
          WHERE w.status = 'queued'
            AND w.requested_at <= now() - dispatch_queued_wakeups.min_age
            AND (a.id IS NULL OR a.status NOT IN ('paused', 'stopped', 'pending_approval'))
+           AND NOT EXISTS (SELECT FROM office.poison q WHERE q.loop = 'wakeups' AND q.row_id = w.id)
          ORDER BY w.requested_at, w.id COLLATE "C"
          LIMIT dispatch_queued_wakeups.max_rows
            FOR UPDATE OF w SKIP LOCKED
@@ -209,43 +341,64 @@ BEGIN
             status := v_dispatch.status;
             run_id := v_dispatch.run_id;
         EXCEPTION WHEN OTHERS THEN
-            -- The agent changed since the scan (paused: the request waits).
-            GET STACKED DIAGNOSTICS v_msg = MESSAGE_TEXT;
+            -- The agent changed since the scan (paused: the request waits), or
+            -- a transient failure: tried again. Anything else comes from the
+            -- request's own values (say, a reason too long for the run
+            -- queue's index: 54000) and would fail every attempt, ahead of
+            -- every younger request: set aside.
+            GET STACKED DIAGNOSTICS v_msg = MESSAGE_TEXT, v_state = RETURNED_SQLSTATE;
             status := 'queued';
             run_id := NULL;
             error_message := v_msg;
+            IF v_state NOT IN ('OFA01', 'OFA02')
+               AND office.set_aside('wakeups', v_req.id, v_msg, v_state) THEN
+                status := 'set_aside';
+            END IF;
         END;
         RETURN NEXT;
     END LOOP;
 END
 $$;
 COMMENT ON FUNCTION office.dispatch_queued_wakeups(int, interval) IS
-    'The wakeup loop''s step: dispatch_wakeup for up to max_rows queued requests at least min_age old, oldest first, skipping requests another transaction holds and agents that do not accept runs; a request whose agent is gone is failed (agent not found). One row per request: its status after the call (claimed, coalesced, skipped, noop, failed; queued when the dispatch raised, with error_message). max_rows below 1, negative min_age: 22023.';
+    'The wakeup loop''s step: dispatch_wakeup for up to max_rows queued requests at least min_age old, oldest first, skipping requests another transaction holds, requests set aside (office.poison) and agents that do not accept runs; a request whose agent is gone is failed (agent not found). One row per request: its status after the call (claimed, coalesced, skipped, noop, failed; queued when the dispatch raised because of the agent or a transient failure, set_aside when it raised for any other reason, both with error_message). max_rows below 1, negative min_age: 22023.';
 REVOKE EXECUTE ON FUNCTION office.dispatch_queued_wakeups(int, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.dispatch_queued_wakeups(int, interval) TO office_worker, office_admin;
 
 CREATE FUNCTION office.daemon_stats()
     RETURNS TABLE (pending_events bigint, oldest_pending_event_at timestamptz, outbox_lag_seconds double precision,
                    queued_wakeups bigint, due_triggers bigint, claimed_runs bigint,
-                   oldest_claimed_at timestamptz, oldest_claim_age_seconds double precision)
+                   oldest_claimed_at timestamptz, oldest_claim_age_seconds double precision,
+                   poison_rows bigint, poison_by_loop jsonb)
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
 AS $$
+    -- Set-aside rows are not work waiting: they are counted on their own and
+    -- never make the outbox lag grow. The ages subtract epochs: a time written
+    -- by hand may be infinite, which timestamp subtraction refuses.
     SELECT e.pending, o.created_at,
-           coalesce(extract(epoch FROM now() - o.created_at)::double precision, 0),
-           (SELECT count(*) FROM office.wakeup_requests w WHERE w.status = 'queued'),
+           coalesce((extract(epoch FROM now()) - extract(epoch FROM o.created_at))::double precision, 0),
+           (SELECT count(*) FROM office.wakeup_requests w WHERE w.status = 'queued'
+               AND NOT EXISTS (SELECT FROM office.poison q WHERE q.loop = 'wakeups' AND q.row_id = w.id)),
            (SELECT count(*) FROM office.routine_triggers t JOIN office.routines r ON r.id = t.routine_id
              WHERE t.enabled AND t.kind = 'cron' AND r.status = 'active'
-               AND (t.next_run_at IS NULL OR t.next_run_at <= now())),
+               AND (t.next_run_at IS NULL OR t.next_run_at <= now())
+               AND NOT EXISTS (SELECT FROM office.poison q WHERE q.loop = 'cron' AND q.row_id = t.id)),
            c.claimed, c.oldest,
-           coalesce(extract(epoch FROM now() - c.oldest)::double precision, 0)
-      FROM (SELECT count(*) AS pending FROM office.events p WHERE p.processed_at IS NULL) e
+           coalesce((extract(epoch FROM now()) - extract(epoch FROM c.oldest))::double precision, 0),
+           (SELECT count(*) FROM office.poison),
+           (SELECT jsonb_object_agg(l.loop, (SELECT count(*) FROM office.poison q WHERE q.loop = l.loop))
+              FROM unnest(ARRAY['subscriber', 'wakeups', 'cron', 'sweep', 'recovery', 'prune']) AS l (loop))
+      FROM (SELECT count(*) AS pending FROM office.events p WHERE p.processed_at IS NULL
+               AND NOT EXISTS (SELECT FROM office.poison q
+                                WHERE q.loop = 'subscriber' AND q.row_id = p.id::text)) e
       LEFT JOIN LATERAL (SELECT p.created_at FROM office.events p WHERE p.processed_at IS NULL
+                            AND NOT EXISTS (SELECT FROM office.poison q
+                                             WHERE q.loop = 'subscriber' AND q.row_id = p.id::text)
                           ORDER BY p.id LIMIT 1) o ON true
       CROSS JOIN (SELECT count(*) AS claimed, min(r.claimed_at) AS oldest
                     FROM office.runs r WHERE r.status = 'claimed') c
 $$;
 COMMENT ON FUNCTION office.daemon_stats() IS
-    'Gauges of the control plane: unacknowledged events, when the oldest was written and its age in seconds (the outbox lag, 0 when none), queued wakeup requests, cron triggers due now, claimed runs, the oldest claim and its age in seconds (0 when none).';
+    'Gauges of the control plane: unacknowledged events, when the oldest was written and its age in seconds (the outbox lag, 0 when none), queued wakeup requests, cron triggers due now, claimed runs, the oldest claim and its age in seconds (0 when none), and the rows set aside (office.poison): in all and by loop. Set-aside events, wakeups and triggers are not counted as pending, queued or due.';
 REVOKE EXECUTE ON FUNCTION office.daemon_stats() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.daemon_stats() TO office_worker, office_reader, office_admin;

@@ -74,7 +74,8 @@ _QUERIES: dict[str, str] = {
         SELECT p.proname, pg_get_function_identity_arguments(p.oid),
                pg_get_function_arguments(p.oid), pg_get_function_result(p.oid),
                p.prokind, p.provolatile, p.proparallel, p.prosecdef, p.proisstrict,
-               p.proconfig::text, l.lanname, md5(p.prosrc),
+               p.proconfig::text, l.lanname,
+               md5(p.prosrc || coalesce(pg_get_function_sqlbody(p.oid), '')),
                """
     + _acl("p.proacl", "p.proowner")
     + """,

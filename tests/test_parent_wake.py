@@ -517,11 +517,15 @@ def test_s63_an_enqueue_that_fails_writes_no_receipt(db: Conn) -> None:
             EXECUTE FUNCTION public.refuse_wakes();
         """
     )
-    with pytest.raises(psycopg.errors.RaiseException, match="the queue is down"):
-        sweep(db)
+    # The sweep goes on; the parent it could not wake is set aside (poison),
+    # its failure rolled back, its marks kept.
+    assert sweep(db) == []
     assert wakes(db) == [] and receipt(db, "P") is None
-    assert stuck(db) == ["P"]  # still marked: the next tick tries again
+    poison = db.execute("SELECT loop, row_id, reason, sqlstate FROM office.poison").fetchall()
+    assert poison == [("sweep", "P", "the queue is down", "P0001")]
+    assert stuck(db) == []  # set aside: not listed until released
     db.execute("DROP TRIGGER refuse_wakes ON office.runs")
+    assert db.execute("SELECT office.release_poison('sweep', 'P')").fetchone() == (True,)
     [result] = sweep(db)
     assert result["delivered"] and receipt(db, "P") is not None
 

@@ -16,6 +16,14 @@ carries ``missed_ticks``/``missed_since``/``missed_truncated``) - and then:
   at one tick exactly one wins the compare-and-swap; the others count it as
   ``lost``. The claimed tick names the fire's wakeup key, so even a fire
   delivered twice would be one wakeup.
+
+Poison: a trigger the loop cannot process - a time Python cannot represent
+(``next_run_at`` '4713-01-01 BC', written by hand), a cron expression or a
+time zone that cannot be evaluated, a step that fails for any reason but a
+conflict with another transaction - is set aside (``office.poison``, loop
+``cron``): the scan leaves it out, so it never takes a slot ahead of the
+triggers that can fire. (Outside the daemon, ``fire_due`` re-arms an
+uncomputable trigger a day later instead.)
 """
 
 from __future__ import annotations
@@ -26,16 +34,19 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from controlplane.daemon.loop import Loop, fetch, is_connection_error
+from controlplane.errors import RoutineNotFound
 from controlplane.observability import Reporter
 from controlplane.routines import (
     DispatchRoutineResult,
     RoutineSource,
     RoutineTrigger,
     TickPlan,
+    next_tick,
     plan_tick,
     report_dispatch,
     routine_run_counter,
 )
+from controlplane.subscriber import poison_reason
 
 __all__ = ["DUE_ROUTINE_TRIGGERS", "FIRE_ROUTINE_TICK", "CronLoop", "TickOutcome"]
 
@@ -43,9 +54,23 @@ log = logging.getLogger("controlplane.daemon.cron")
 
 # The database's clock decides what is due (one clock for every daemon): the
 # scan's default ``at`` is the transaction's now(), returned with each row.
-DUE_ROUTINE_TRIGGERS = (
-    "SELECT now() AS at, t.* FROM office.due_routine_triggers(max_rows => %(max_rows)s) t"
-)
+# A time Python cannot represent (year 1 to 9999, with a day's margin for the
+# session's time zone) would fail the whole batch as it loads: it comes as
+# NULL, with its text, and only its own row is set aside.
+DUE_ROUTINE_TRIGGERS = """
+SELECT now() AS at, t.trigger_id, t.routine_id, t.cron_expression, t.timezone, t.enabled,
+       t.catch_up_policy, t.catch_up_max,
+       CASE WHEN t.next_run_at BETWEEN %(lo)s AND %(hi)s THEN t.next_run_at END AS next_run_at,
+       CASE WHEN t.last_fired_at BETWEEN %(lo)s AND %(hi)s THEN t.last_fired_at END
+           AS last_fired_at,
+       CASE WHEN t.next_run_at NOT BETWEEN %(lo)s AND %(hi)s
+              OR t.last_fired_at NOT BETWEEN %(lo)s AND %(hi)s
+            THEN format('next_run_at %%s, last_fired_at %%s', t.next_run_at, t.last_fired_at)
+       END AS unrepresentable
+  FROM office.due_routine_triggers(max_rows => %(max_rows)s) t
+"""
+REPRESENTABLE = {"lo": "0001-01-02 00:00:00+00", "hi": "9999-12-30 00:00:00+00"}
+SET_ASIDE = "SELECT office.set_aside('cron', %(row_id)s, %(reason)s, %(sqlstate)s) AS new"
 FIRE_ROUTINE_TICK = """
 SELECT * FROM office.fire_routine_tick(
     trigger_id => %(trigger_id)s, observed_next_run_at => %(observed)s,
@@ -64,6 +89,7 @@ class TickOutcome:
 
 class CronLoop(Loop):
     name = "cron"
+    poison_kind = "routine trigger"
 
     def __init__(
         self, *args: Any, batch: int, registry: CollectorRegistry | None = None, **kwargs: Any
@@ -75,37 +101,55 @@ class CronLoop(Loop):
         self.fired = 0
 
     def iterate(self) -> bool:
-        rows = fetch(self.office, DUE_ROUTINE_TRIGGERS, {"max_rows": self.batch})
+        rows = fetch(self.office, DUE_ROUTINE_TRIGGERS, {"max_rows": self.batch, **REPRESENTABLE})
         failed = 0
         for row in rows:
             if self.stop.is_set():
                 return False
-            trigger = RoutineTrigger(
-                id=row["trigger_id"],
-                routine_id=row["routine_id"],
-                cron_expression=row["cron_expression"],
-                timezone=row["timezone"],
-                next_run_at=row["next_run_at"],
-                last_fired_at=row["last_fired_at"],
-                enabled=row["enabled"],
-            )
+            if row["unrepresentable"] is not None:
+                self.set_aside(row["trigger_id"], f"time out of range: {row['unrepresentable']}")
+                continue
             try:
+                trigger = RoutineTrigger(
+                    id=row["trigger_id"],
+                    routine_id=row["routine_id"],
+                    cron_expression=row["cron_expression"],
+                    timezone=row["timezone"],
+                    next_run_at=row["next_run_at"],
+                    last_fired_at=row["last_fired_at"],
+                    enabled=row["enabled"],
+                )
+                if trigger.cron_expression is not None:
+                    # Uncomputable ticks: set aside here, never re-armed daily.
+                    next_tick(trigger.cron_expression, trigger.timezone, row["at"])
                 plan = plan_tick(trigger, row["at"], row["catch_up_policy"], row["catch_up_max"])
                 if plan is not None:
                     self.step(trigger, plan)
+            except RoutineNotFound:
+                # Deleted since the scan: nothing left to do or to set aside.
+                continue
             except Exception as exc:
                 if is_connection_error(exc):
                     raise
-                # One trigger's trouble (say, deleted since the scan) must not
-                # hold up the others; it is looked at again next iteration.
+                # One trigger's trouble must not hold up the others: a conflict
+                # with another transaction is tried again next iteration,
+                # anything else comes from the trigger's values and sets it aside.
                 failed += 1
                 self.metrics.ticks.labels(outcome=TickOutcome.ERROR).inc()
-                log.warning(
-                    "cron trigger step failed: %s",
-                    exc,
-                    extra={"trigger_id": trigger.id, "routine": trigger.routine_id},
-                )
+                sqlstate = getattr(exc, "sqlstate", None) or None
+                if not self.set_aside(row["trigger_id"], str(exc), sqlstate):
+                    log.warning(
+                        "cron trigger step failed: %s",
+                        exc,
+                        extra={"trigger_id": row["trigger_id"], "routine": row["routine_id"]},
+                    )
         return len(rows) >= self.batch and failed < len(rows)
+
+    def set_aside(self, trigger_id: str, reason: str, sqlstate: str | None = None) -> bool:
+        """``office.set_aside`` for a trigger; False when the failure was
+        transient (or the trigger already set aside)."""
+        params = {"row_id": trigger_id, "reason": poison_reason(reason), "sqlstate": sqlstate}
+        return bool(fetch(self.office, SET_ASIDE, params)[0]["new"])
 
     def step(self, trigger: RoutineTrigger, plan: TickPlan) -> str:
         """Arm, re-arm, or claim-and-fire one trigger; returns the outcome."""

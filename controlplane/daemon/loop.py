@@ -7,6 +7,13 @@ sleeps its interval. A failing iteration is logged and the loop backs off
 (doubling, with jitter, up to ``max_backoff``); it never ends the process. A
 lost database connection is logged once by :class:`DatabaseHealth` (and its
 return once), whichever loop notices first.
+
+A row a loop cannot process is set aside in ``office.poison`` (by the loop's
+SQL function, or by the loop itself for what it cannot decode) and its scan
+leaves it out from then on. After each iteration a loop that has rows to set
+aside takes the new ones of its own (``office.take_poison_reports``: each is
+handed to exactly one daemon) and logs each once at ERROR with the row's id
+and counts it (``office_poison_total{loop}``), whoever set it aside.
 """
 
 from __future__ import annotations
@@ -26,9 +33,14 @@ from controlplane.client import Office
 from controlplane.daemon.metrics import DaemonMetrics
 from controlplane.errors import wrap_exceptions
 
-__all__ = ["DatabaseHealth", "Loop", "fetch", "is_connection_error"]
+__all__ = ["TAKE_POISON_REPORTS", "DatabaseHealth", "Loop", "fetch", "is_connection_error"]
 
 log = logging.getLogger("controlplane.daemon")
+
+TAKE_POISON_REPORTS = "SELECT * FROM office.take_poison_reports(loop => %(loop)s)"
+#: A schema older than 0.4.0 has no office.poison: look again this often.
+POISON_RECHECK = 300.0
+UNDEFINED_FUNCTION = "42883"
 
 
 def is_connection_error(exc: BaseException) -> bool:
@@ -111,6 +123,9 @@ class Loop(ABC):
 
     #: The loop's name (a label of its metrics).
     name: str = "loop"
+    #: What the ids of the rows this loop sets aside name (None: it has no
+    #: rows it could set aside, and reports none).
+    poison_kind: str | None = None
 
     def __init__(
         self,
@@ -131,6 +146,7 @@ class Loop(ABC):
         self.iterations = 0
         self.failures = 0
         self._thread: threading.Thread | None = None
+        self._no_poison_until = 0.0
 
     @abstractmethod
     def iterate(self) -> bool:
@@ -160,6 +176,7 @@ class Loop(ABC):
             started = time.perf_counter()
             try:
                 more = self.iterate()
+                self.report_poison()
             except Exception as exc:
                 self.metrics.loop_seconds.labels(loop=self.name).observe(
                     time.perf_counter() - started
@@ -196,6 +213,44 @@ class Loop(ABC):
             if not more:
                 self.stop.wait(self.interval)
         log.debug("%s loop stopped", self.name)
+
+    def report_poison(self) -> int:
+        """Log once at ERROR and count each row of this loop set aside since
+        the last report (by any daemon or by hand); returns how many."""
+        if self.poison_kind is None or time.monotonic() < self._no_poison_until:
+            return 0
+        try:
+            rows = fetch(self.office, TAKE_POISON_REPORTS, {"loop": self.name})
+        except Exception as exc:
+            if getattr(exc, "sqlstate", None) != UNDEFINED_FUNCTION:
+                raise
+            # A schema older than this daemon (officectl migrate pending):
+            # the loop works, there is just nothing to report from.
+            if not self._no_poison_until:
+                log.warning(
+                    "%s loop: office.take_poison_reports is missing (schema older than 0.4.0);"
+                    " rows set aside are not reported until officectl migrate",
+                    self.name,
+                    extra={"loop": self.name},
+                )
+            self._no_poison_until = time.monotonic() + POISON_RECHECK
+            return 0
+        for row in rows:
+            self.metrics.poison.labels(loop=self.name).inc()
+            log.error(
+                "%s loop set aside %s %s: %s",
+                self.name,
+                self.poison_kind,
+                row["row_id"],
+                row["reason"],
+                extra={
+                    "event": "poison",
+                    "loop": self.name,
+                    "row_id": row["row_id"],
+                    "sqlstate": row["sqlstate"],
+                },
+            )
+        return len(rows)
 
     def backoff(self, streak: int) -> float:
         """Seconds to wait after the ``streak``-th failure in a row: doubling

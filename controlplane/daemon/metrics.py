@@ -17,11 +17,15 @@ Work done:
 * ``office_events_handled_total{topic,action}`` - outbox events, by what the
   subscriber did (enqueued, skipped, ignored, failed);
 * ``office_wakeups_dispatched_total{status}`` - queued wakeups the daemon
-  dispatched (claimed, coalesced, skipped, noop, failed, queued = raised);
+  dispatched (claimed, coalesced, skipped, noop, failed, queued = raised,
+  set_aside = raised and set aside as poison);
 * ``office_routine_ticks_total{outcome}`` - cron ticks: fired, lost (another
   daemon claimed it), armed, rearmed, error;
 * ``office_runs_recovered_total``, ``office_runs_pruned_total``,
-  ``office_events_pruned_total``.
+  ``office_events_pruned_total``;
+* ``office_poison_total{loop}`` - rows a loop set aside because it cannot
+  process them (``office.poison``), each counted once, by the daemon that
+  reported it: alert on any increase.
 
 Gauges read from the database every ``stats_interval``:
 
@@ -30,6 +34,7 @@ Gauges read from the database every ``stats_interval``:
 * ``office_outbox_pending_events``, ``office_wakeups_queued``,
   ``office_routine_triggers_due``, ``office_runs{status}``,
   ``office_oldest_claim_age_seconds``;
+* ``office_poison_rows{loop}`` - rows set aside now (released rows leave it);
 * ``office_dedup_stats{queue,reason,kind}`` - the database's own dedup
   counters (``office.dedup_stats``): every suppression, whichever client made
   it. Durable dedup is normal (a late redelivery lands there); it is not an
@@ -101,6 +106,12 @@ class DaemonMetrics:
         self.events_pruned = Counter(
             "office_events_pruned_total", "Acknowledged events deleted (prune_events).", registry=r
         )
+        self.poison = Counter(
+            "office_poison_total",
+            "Rows a loop set aside because it cannot process them (office.poison), by loop.",
+            ["loop"],
+            registry=r,
+        )
         self.outbox_lag = Gauge(
             "office_outbox_lag_seconds",
             "Age of the oldest unacknowledged outbox event (0 when there is none).",
@@ -116,6 +127,12 @@ class DaemonMetrics:
             "office_routine_triggers_due", "Cron triggers due (or not armed) now.", registry=r
         )
         self.runs = Gauge("office_runs", "Runs by status.", ["status"], registry=r)
+        self.poison_rows = Gauge(
+            "office_poison_rows",
+            "Rows set aside (office.poison) now, by loop, whichever daemon set them aside.",
+            ["loop"],
+            registry=r,
+        )
         self.oldest_claim_age = Gauge(
             "office_oldest_claim_age_seconds",
             "Age of the oldest claimed run (0 when none): a worker may be stuck.",

@@ -9,6 +9,15 @@
   ``prune_interval`` - finished runs and acknowledged events older than the
   retention (default 7 days) are deleted. A pruned run's key is free again:
   the durable dedup of an occurrence lasts as long as its run is kept.
+
+Poison. A stale run the queue cannot take back (a reason or task id written
+by hand, too long for the queued-runs index) is set aside by
+``recover_stale_runs`` (``office.poison``, loop ``recovery``) and the others
+are recovered. Prune has no row to set aside: its DELETEs compare a status
+and a time (never compute with a stored value), no foreign key points at
+runs or events, and the only trigger they fire (the parent-wake marks of
+deleted runs, per statement) inserts parent ids it filters for NOT NULL -
+what a row holds cannot make them fail (tests/test_poison.py tries).
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ PRUNE_EVENTS = "SELECT office.prune_events(older_than => %(older_than)s) AS coun
 
 class RecoveryLoop(Loop):
     name = "recovery"
+    poison_kind = "run"
 
     def __init__(self, *args: Any, stale_after: float, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -6,7 +6,8 @@ An iteration claims one batch, handles every event of it and acknowledges
 them; a stop request is honoured between batches, so a stopping daemon holds
 no claimed event. Should the process die mid-batch anyway, the unacknowledged
 events come back after their visibility timeout and their keys make the
-redelivery a dedup.
+redelivery a dedup. An event that cannot be decoded, or whose handler failed
+on every delivery, is set aside by the subscriber (``office.poison``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ __all__ = ["SubscriberLoop"]
 
 class SubscriberLoop(Loop):
     name = "subscriber"
+    poison_kind = "event"
 
     def __init__(
         self, *args: Any, consumer: str, batch: int, visibility: float, **kwargs: Any

@@ -4,7 +4,10 @@ first, in one short transaction, skipping requests another dispatcher holds).
 
 Requests of an agent that does not accept runs wait until it does; a request
 whose agent is gone is failed. Dispatching twice is harmless: the second
-dispatch of a request is a ``noop``.
+dispatch of a request is a ``noop``. A request whose dispatch fails for any
+other reason than its agent or a conflict (say, a reason written by hand too
+long for the run queue) would fail every attempt, first in line: it is set
+aside (``office.poison``, loop ``wakeups``; status ``set_aside``).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ DISPATCH_QUEUED_WAKEUPS = (
 
 class WakeupLoop(Loop):
     name = "wakeups"
+    poison_kind = "wakeup request"
 
     def __init__(self, *args: Any, batch: int, min_age: float, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -39,7 +43,8 @@ class WakeupLoop(Loop):
         progressed = False
         for row in rows:
             self.metrics.wakeups.labels(status=row["status"]).inc()
-            if row["error_message"]:
+            # (A request set aside is logged once, as poison, by report_poison.)
+            if row["error_message"] and row["status"] != "set_aside":
                 log.warning(
                     "dispatch wakeup request: %s",
                     row["error_message"],
