@@ -47,7 +47,13 @@ def call(conn: Conn, query: str, params: Any = None) -> Any:
 
 
 def age(conn: Conn, run_id: str, column: str, interval: str) -> None:
-    assert column in ("requested_at", "claimed_at", "finished_at", "scheduled_retry_at")
+    assert column in (
+        "requested_at",
+        "claimed_at",
+        "heartbeat_at",
+        "finished_at",
+        "scheduled_retry_at",
+    )
     conn.execute(
         f"UPDATE office.runs SET {column} = now() - %s::interval WHERE id = %s",
         [interval, run_id],
@@ -286,11 +292,14 @@ def test_recover_stale_runs(db: Conn, agents: list[str]) -> None:
     fresh = enqueue(db, b, "r2")
     claim(db)
     claim(db)
+    # Since 0.4.0 recovery reads the lease (heartbeat_at, set by the claim).
     age(db, stale, "claimed_at", "10 minutes")
+    age(db, stale, "heartbeat_at", "10 minutes")
     assert call(db, "SELECT office.recover_stale_runs('5 minutes')") == 1
     row = run(db, stale)
     assert row["status"] == "queued"
     assert row["claimed_at"] is None and row["claimed_by"] is None
+    assert row["heartbeat_at"] is None
     assert row["attempt"] == 1  # kept: the old worker stays fenced
     assert run(db, fresh)["status"] == "claimed"
     assert call(db, "SELECT office.recover_stale_runs('5 minutes')") == 0
@@ -346,6 +355,38 @@ def test_prune_refuses_a_bad_interval(db: Conn, older_than: str | None) -> None:
     with pytest.raises(psycopg.Error) as info:
         db.execute("SELECT office.prune_runs(%s::interval)", [older_than])
     assert info.value.sqlstate == "22023"
+
+
+# ---------------------------------------------------------------------------
+# Bounds (API.md Conventions, since 0.4.0): 22023 naming the argument, nothing written
+
+
+@pytest.mark.parametrize(
+    ("query", "argument"),
+    [
+        ("SELECT office.fail_run(%(id)s, 1, repeat('x', 65537))", "error_message"),
+        ("SELECT office.cancel_run(%(id)s, repeat('x', 65537))", "reason"),
+        ("SELECT office.retry_run(%(id)s, 1, '101 years')", "delay"),
+        ("SELECT office.recover_stale_runs('101 years')", "older_than"),
+        ("SELECT office.prune_runs('-1 second')", "older_than"),
+    ],
+)
+def test_bounds_of_the_lifecycle_functions(
+    db: Conn, agents: list[str], query: str, argument: str
+) -> None:
+    run_id = enqueue(db, agents[0], "r1")
+    claim(db)
+    before = db.execute("SELECT * FROM office.runs").fetchall()
+    with pytest.raises(psycopg.Error) as info:
+        db.execute(query, {"id": run_id})
+    assert info.value.sqlstate == "22023" and argument in str(info.value)
+    assert db.execute("SELECT * FROM office.runs").fetchall() == before
+
+
+def test_free_texts_of_64_kib_are_accepted(db: Conn, agents: list[str]) -> None:
+    run_id = enqueue(db, agents[0], "r1")
+    claim(db)
+    assert call(db, "SELECT office.fail_run(%s, 1, repeat('x', 65536))", [run_id]) is True
 
 
 # ---------------------------------------------------------------------------
