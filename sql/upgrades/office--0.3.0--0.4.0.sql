@@ -2470,6 +2470,13 @@ BEGIN
     IF set_aside.row_id IS NULL OR set_aside.row_id = '' THEN
         RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'row_id must not be empty';
     END IF;
+    -- Not the 200 characters of an id: the owner may have written a longer
+    -- one by hand, and it must still be set aside. 2600 bytes is what any
+    -- row id the tables' btree keys can hold fits into.
+    IF octet_length(set_aside.row_id) > 2600 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('row_id is %s bytes, more than 2600', octet_length(set_aside.row_id));
+    END IF;
     IF office._transient_sqlstate(set_aside.sqlstate) THEN
         RETURN false;
     END IF;
