@@ -476,7 +476,14 @@ def test_doctor_passes_on_a_fresh_database(dsn: str) -> None:
     assert _problems(report) == []
     checks = {f["check"] for f in report["findings"]}
     assert checks == {
-        "version", "indexes", "roles", "grants", "settings", "probes", "workspaces", "poison"
+        "version",
+        "indexes",
+        "roles",
+        "grants",
+        "settings",
+        "probes",
+        "workspaces",
+        "poison",
     }
     version = next(f for f in report["findings"] if f["check"] == "version")
     assert schema.current_version() in version["detail"]
