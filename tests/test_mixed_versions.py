@@ -1,5 +1,7 @@
 """Mixed versions (DOMAIN.md §2.23): a client against a database still at
-schema 0.1.0, which has no ``office.runs.entry_triggered``.
+schema 0.1.0, which has no ``office.runs.entry_triggered``, and against one
+at 0.3.0, which has no ``office.runs.heartbeat_at`` (nor ``heartbeat_run``,
+``get_run``, ``run_keys``).
 
 The database is migrated only to the first yoyo migration. Each client probes
 once, logs exactly one ERROR naming ``runs`` and ``entry_triggered`` (once per
@@ -9,8 +11,10 @@ enqueue still succeeds, with the exclusion inactive and no SQL error.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -20,8 +24,9 @@ from controlplane import schema
 from controlplane.aio import AsyncOffice
 from controlplane.client import Office
 from controlplane.migrate import migrate
-from controlplane.models import EnqueueResult, QueueOutcome
+from controlplane.models import EnqueueResult, QueueOutcome, RunKeyHow
 from controlplane.observability import forget_missing_columns
+from tests.test_client_async import Blocking
 
 FIRST_RELEASE = schema.sql_dir() / "released" / "office--0.1.0.sql"
 
@@ -129,3 +134,69 @@ def test_the_current_schema_logs_no_error(dsn: str, caplog: pytest.LogCaptureFix
         office.upsert_agent("a1", "w1")
         assert office.enqueue_run("a1", "r", entry_triggered=True).created
     assert the_column_errors(caplog) == []
+
+
+# --- leases and run lookups against schema 0.3.0 (no heartbeat_at) -------------------
+
+
+@pytest.fixture
+def database_0_3_0(empty_database: str) -> Iterator[str]:
+    result = migrate(empty_database, target="0003.office-0.3.0")
+    assert (result.path, result.version) == ("migrations", "0.3.0")
+    with psycopg.connect(empty_database) as conn:
+        found = conn.execute(
+            "SELECT 1 FROM information_schema.columns WHERE table_schema = 'office'"
+            " AND table_name = 'runs' AND column_name = 'heartbeat_at'"
+        ).fetchone()
+        assert found is None, "0.3.0 must not have runs.heartbeat_at"
+        conn.execute("SELECT office.upsert_agent('a1', 'w1')")
+        conn.execute(
+            "SELECT office.enqueue_run('a1', 'task_comment',"
+            " idempotency_key => 'task_comment:c1:a1')"
+        )
+    forget_missing_columns()
+    yield empty_database
+    forget_missing_columns()
+
+
+def check_leases_fall_back(office: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """heartbeat_run, get_run and run_keys on 0.3.0: no SQL error, one ERROR
+    naming runs.heartbeat_at; a heartbeat tells whether the claim holds."""
+    run = office.claim_run("w1")
+    assert run is not None and run.heartbeat_at is None
+    assert office.heartbeat_run(run.id, run.attempt) is True
+    assert office.heartbeat_run(run.id, run.attempt + 1) is False
+    assert office.get_run(run.id) == run
+    assert office.get_run("no-such-run") is None
+    served = office.run_keys(run.id)
+    assert [(k.idempotency_key, k.how, k.recorded_at) for k in served] == [
+        ("task_comment:c1:a1", RunKeyHow.OWN, run.requested_at)
+    ]
+    assert office.finish_run(run.id, run.attempt) is True
+    assert office.heartbeat_run(run.id, run.attempt) is False
+    [record] = the_column_errors(caplog)
+    assert (record.table, record.column) == ("runs", "heartbeat_at")  # type: ignore[attr-defined]
+    assert "heartbeat_at" in record.getMessage() and "heartbeat_run" in record.getMessage()
+
+
+@needs_first_release
+def test_office_leases_on_schema_0_3_0(
+    database_0_3_0: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    with Office(database_0_3_0, min_size=1, max_size=2, registry=CollectorRegistry()) as office:
+        check_leases_fall_back(office, caplog)
+
+
+@needs_first_release
+def test_async_office_leases_on_schema_0_3_0(
+    database_0_3_0: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    loop = asyncio.new_event_loop()
+    office = AsyncOffice(database_0_3_0, min_size=1, max_size=2, registry=CollectorRegistry())
+    try:
+        check_leases_fall_back(Blocking(office, loop), caplog)
+    finally:
+        loop.run_until_complete(office.close())
+        loop.close()
