@@ -271,6 +271,11 @@ class AsyncOffice:
         """``office.run_keys``: the keys the run serves, oldest first."""
         return await self._run(self._ops.run_keys(run_id))
 
+    async def has_leases(self) -> bool:
+        """Whether the schema has leases (``office.runs.heartbeat_at``, 0.4.0);
+        probed once per client."""
+        return await self._run(self._ops.probe("heartbeat_at"))
+
     async def finish_run(self, run_id: str, attempt: int) -> bool:
         params = {"run_id": run_id, "attempt": attempt}
         return await self._run(self._ops.changed(FINISH_RUN, params))

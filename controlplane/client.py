@@ -1028,6 +1028,12 @@ class Office:
         own and those it absorbed by coalescing."""
         return self._run(self._ops.run_keys(run_id))
 
+    def has_leases(self) -> bool:
+        """Whether the schema has leases (``office.runs.heartbeat_at`` and
+        ``heartbeat_run``, since 0.4.0): probed once per client; absent is
+        logged once per process (ERROR)."""
+        return self._run(self._ops.probe("heartbeat_at"))
+
     def finish_run(self, run_id: str, attempt: int) -> bool:
         return self._run(self._ops.changed(FINISH_RUN, {"run_id": run_id, "attempt": attempt}))
 

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -23,6 +25,10 @@ from prometheus_client import CollectorRegistry
 from controlplane import schema
 from controlplane.aio import AsyncOffice
 from controlplane.client import Office
+from controlplane.daemon.config import STALE_AFTER
+from controlplane.daemon.loop import DatabaseHealth
+from controlplane.daemon.metrics import daemon_metrics_for
+from controlplane.daemon.recovery import RecoveryLoop
 from controlplane.migrate import migrate
 from controlplane.models import EnqueueResult, QueueOutcome, RunKeyHow
 from controlplane.observability import forget_missing_columns
@@ -200,3 +206,48 @@ def test_async_office_leases_on_schema_0_3_0(
     finally:
         loop.run_until_complete(office.close())
         loop.close()
+
+
+def recovery_loop(office: Office, stale_after: float | None) -> RecoveryLoop:
+    metrics = daemon_metrics_for(CollectorRegistry())
+    return RecoveryLoop(
+        office,
+        stale_after=stale_after,
+        interval=1.0,
+        metrics=metrics,
+        health=DatabaseHealth(metrics),
+        stop=threading.Event(),
+    )
+
+
+@needs_first_release
+def test_the_recovery_default_on_schema_0_3_0_is_0_3_0s(
+    database_0_3_0: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Nothing renews a claim before 0.4.0: the daemon's short default would
+    hand every run longer than two minutes to a second worker, so a daemon
+    that was given no threshold keeps 0.3.0's 15 minutes there."""
+    caplog.set_level(logging.INFO)
+    with Office(database_0_3_0, min_size=1, max_size=2, registry=CollectorRegistry()) as office:
+        claimed = office.claim_run("w1")
+        assert claimed is not None
+        with psycopg.connect(database_0_3_0, autocommit=True) as conn:
+            conn.execute("UPDATE office.runs SET claimed_at = now() - interval '10 minutes'")
+        default = recovery_loop(office, None)
+        assert default.iterate() is False
+        assert (default.threshold(), default.recovered) == (timedelta(minutes=15), 0)
+        assert office.has_leases() is False
+        # A threshold that was set is kept.
+        configured = recovery_loop(office, 5 * 60)
+        configured.iterate()
+        assert (configured.threshold(), configured.recovered) == (timedelta(minutes=5), 1)
+    [record] = the_column_errors(caplog)
+    assert (record.table, record.column) == ("runs", "heartbeat_at")  # type: ignore[attr-defined]
+
+
+def test_the_recovery_default_with_leases_is_short(dsn: str) -> None:
+    with Office(dsn, registry=CollectorRegistry()) as office:
+        assert office.has_leases() is True
+        loop = recovery_loop(office, None)
+        loop.iterate()
+        assert loop.threshold() == timedelta(seconds=STALE_AFTER) == timedelta(minutes=2)
