@@ -518,6 +518,9 @@ class _Core:
             },
         )
 
+    def listening(self) -> None:
+        log.info("listening for NOTIFY %s", CHANNEL, extra={"channel": CHANNEL})
+
     def stopping(self) -> None:
         count = self.in_flight()
         log.info(
@@ -793,6 +796,7 @@ class Worker:
                     conn.autocommit = True
                     conn.execute(f"LISTEN {CHANNEL}")
                     streak = 0
+                    core.listening()
                     # Anything sent while nobody listened: claim now.
                     self._wake.set()
                     while not self._closed.is_set():
@@ -1103,6 +1107,7 @@ class AsyncWorker:
                 conn = await pool.acquire(timeout=5.0)
                 await conn.add_listener(CHANNEL, on_notify)
                 streak = 0
+                core.listening()
                 self._wake.set()  # anything sent while nobody listened: claim now
                 while not conn.is_closed() and not await self._wait(self._closed, 1.0):
                     pass
