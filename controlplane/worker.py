@@ -29,7 +29,7 @@ them (:mod:`controlplane.cli_worker`).
 * **Shutdown.** :meth:`Worker.stop` (or SIGTERM/SIGINT when ``run`` is in the
   main thread) stops claiming at once; handlers in flight get ``grace``
   seconds, then their runs are handed back with ``retry_run(id, attempt, 0)``.
-  A second stop (``stop(force=True)``, a second signal) skips the grace.
+  ``stop(force=True)`` (a second signal) skips the grace.
 * **Database loss.** Every call is retried with backoff; the loss and the
   return are logged once each (:class:`controlplane.daemon.loop.DatabaseHealth`).
 
@@ -399,11 +399,14 @@ class _Core:
             writing = [s for s in self.slots if s.state is _State.WRITING]
         return running, writing
 
-    def lose(self, slot: _Slot, how: str) -> bool:
+    def lose(self, slot: _Slot, how: str, *, writing: bool = True) -> bool:
         """The run is no longer ours (a heartbeat or a write was refused):
-        one WARNING and one ``lost`` outcome per run. True the first time."""
+        one WARNING and one ``lost`` outcome per run. True the first time.
+        ``writing`` False: not if its outcome is being written (the write
+        tells; a heartbeat refused because that write just committed is
+        no loss)."""
         with self._lock:
-            if slot.state not in (_State.RUNNING, _State.WRITING):
+            if slot.state is not _State.RUNNING and not (writing and slot.state is _State.WRITING):
                 return False
             slot.state = _State.LOST
         self.metrics.runs.labels(outcome="lost").inc()
@@ -433,7 +436,7 @@ class _Core:
             self.metrics.heartbeats.labels(result="sent").inc()
             return False
         self.metrics.heartbeats.labels(result="lost").inc()
-        return self.lose(slot, "heartbeat refused")
+        return self.lose(slot, "heartbeat refused", writing=False)
 
     # outcomes -----------------------------------------------------------------
 
@@ -608,10 +611,9 @@ class Worker:
         return self._core.worker_id
 
     def stop(self, *, force: bool = False) -> None:
-        """Stop claiming; with ``force`` (or when called again) skip the grace
-        period. Callable from any thread, and from a handler."""
-        if self._stop.is_set():
-            force = True
+        """Stop claiming (the runs in flight get ``grace`` seconds); with
+        ``force``, hand them back without waiting. Callable from any thread,
+        and from a handler."""
         self._stop.set()
         if force:
             self._force.set()
@@ -864,9 +866,10 @@ class AsyncWorker:
         return self._core.worker_id
 
     def stop(self, *, force: bool = False) -> None:
-        """Stop claiming; with ``force`` (or when called again) skip the grace
-        period. A plain method, callable from any thread or task."""
-        self._requested = 2 if force or self._requested else 1
+        """Stop claiming (the runs in flight get ``grace`` seconds); with
+        ``force``, cancel them and hand them back without waiting. A plain
+        method, callable from any thread or task."""
+        self._requested = 2 if force else max(self._requested, 1)
         loop = self._loop
         if loop is None:
             return
