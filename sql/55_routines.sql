@@ -87,7 +87,7 @@ CREATE INDEX idx_routine_triggers_routine ON office.routine_triggers (routine_id
 CREATE INDEX idx_routine_triggers_due ON office.routine_triggers (next_run_at) WHERE enabled;
 
 CREATE TABLE office.routine_runs (
-    id                       text PRIMARY KEY DEFAULT gen_random_uuid()::text,
+    id                       text PRIMARY KEY DEFAULT office._uuid_v7(),
     routine_id               text NOT NULL REFERENCES office.routines (id) ON DELETE CASCADE,
     trigger_id               text NOT NULL DEFAULT '',
     source                   text NOT NULL CHECK (source IN ('cron', 'manual', 'webhook')),
