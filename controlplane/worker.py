@@ -1072,11 +1072,11 @@ class AsyncWorker:
     async def _heartbeats(self, pool: asyncpg.Pool) -> None:
         core = self._core
         streak = 0
-        conn: Any = None  # held across rounds; a failed round gives it back
+        # Held from the start (before handlers can crowd the pool) and
+        # across rounds; a failed round gives it back, the next takes another.
+        conn: Any = None
         try:
-            while not await self._wait(
-                self._closed, _backoff(streak) if streak else core.heartbeat
-            ):
+            while True:
                 try:
                     if conn is None:
                         conn = await pool.acquire(timeout=5.0)
@@ -1084,14 +1084,16 @@ class AsyncWorker:
                         lost = core.beaten(slot, await drive_async(core.beat(slot), conn))
                         if lost and slot.task is not None:
                             slot.task.cancel()
+                    streak = 0
                 except Exception as exc:
                     streak += 1
                     core.failed_call("heartbeat", exc, streak)
                     if conn is not None:
                         held, conn = conn, None
                         await pool.release(held)  # the pool replaces a broken one
-                    continue
-                streak = 0
+                wait = _backoff(streak) if streak else core.heartbeat
+                if await self._wait(self._closed, wait):
+                    break
         finally:
             if conn is not None:
                 await pool.release(conn)
