@@ -1,20 +1,32 @@
 -- office: the run queue (API.md §3).
 --
--- enqueue_run decides in a fixed order: validate -> windowed lookup ->
--- coalesce -> insert -> classify. Every suppression is an outcome, never an
--- error:
---   * windowed: a run with the key was requested within
---     office.idempotency_window (any status) -> ('deduped', 'windowed');
+-- enqueue_run decides in a fixed order: validate -> served key -> coalesce ->
+-- insert. Every suppression is an outcome, never an error:
+--   * served key: a run already serves the key, as its own key or as one
+--     recorded when a request with it coalesced into the run, in any status
+--     and whatever its age -> ('deduped', 'windowed') when the run was
+--     requested (the key recorded) within office.idempotency_window, else
+--     ('deduped', 'durable');
 --   * coalesce: a queued run of the same bucket (agent, reason, task_id)
 --     requested within office.coalesce_window absorbs the request
---     -> ('coalesced', NULL); the incoming key is stored nowhere;
+--     -> ('coalesced', NULL); the incoming key is recorded as served by it
+--     (office.run_keys_recorded), so its redelivery is a dedup, not a run;
 --   * durable: the insert meets the unbounded unique index
---     idx_run_idempotency -> ('deduped', 'durable').
--- Concurrency: keyed requests converge on idx_run_idempotency (ON CONFLICT
--- waits for an in-flight inserter of the key, then does nothing); coalescible
--- requests take a transaction-scoped advisory lock on their bucket before the
--- coalesce lookup, so two of them never both insert into one bucket.
--- Claims are fenced by attempt and serialised per agent without blocking.
+--     idx_run_idempotency -> ('deduped', 'durable') (a backstop: the lookup
+--     above has normally answered already).
+-- Concurrency. A key is served by at most one run, ever: every keyed request
+-- takes a transaction-scoped advisory lock on its key before it looks the key
+-- up, so requests with one key run one at a time and a waiter (READ
+-- COMMITTED: a fresh snapshot per statement) finds what the holder did. A
+-- coalescible request then takes the advisory lock of its bucket before the
+-- coalesce lookup, so two of them never both insert into one bucket. Locks
+-- are always taken keys first, then buckets, each class in ascending lock id
+-- (enqueue_runs takes all of its elements' locks up front in that order), so
+-- no two enqueue calls deadlock; the counters never wait (25_counters.sql).
+-- Advisory locks write no WAL and cost a lock-table entry each.
+-- Claims are fenced by attempt, serialised per agent without blocking, and
+-- kept alive by heartbeats (heartbeat_run); recover_stale_runs requeues a
+-- claim whose heartbeat (or claim, if it never beat) is older than a limit.
 --
 -- Plans. A queue table is often empty when it is analyzed (a fresh install,
 -- a drained queue after pruning). PL/pgSQL caches a generic plan per
@@ -28,11 +40,11 @@ CREATE TYPE office.enqueue_result AS (outcome text, dedup_kind text, run_id text
 COMMENT ON TYPE office.enqueue_result IS
     'Result of office.enqueue_run: outcome queued|deduped|coalesced, dedup_kind windowed|durable (deduped only), run_id the run created, matched or absorbing the request.';
 
--- entry_triggered is the last column on purpose: it arrived with 0.2.0
--- (ALTER TABLE ... ADD COLUMN appends), and a fresh install must have the
--- same column order as an upgraded one.
+-- entry_triggered (0.2.0) and heartbeat_at (0.4.0) come last on purpose:
+-- ALTER TABLE ... ADD COLUMN appends, and a fresh install must have the same
+-- column order as an upgraded one.
 CREATE TABLE office.runs (
-    id                 text PRIMARY KEY DEFAULT gen_random_uuid()::text,
+    id                 text PRIMARY KEY DEFAULT office._uuid_v7(),
     agent_profile_id   text NOT NULL,
     reason             text NOT NULL CHECK (reason <> ''),
     payload            jsonb NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(payload) = 'object'),
@@ -51,7 +63,8 @@ CREATE TABLE office.runs (
     requested_at       timestamptz NOT NULL DEFAULT now(),
     claimed_at         timestamptz,
     finished_at        timestamptz,
-    entry_triggered    boolean NOT NULL DEFAULT false
+    entry_triggered    boolean NOT NULL DEFAULT false,
+    heartbeat_at       timestamptz
 );
 SELECT pg_catalog.pg_extension_config_dump('office.runs', '');
 REVOKE ALL ON TABLE office.runs FROM PUBLIC;
@@ -59,15 +72,22 @@ COMMENT ON TABLE office.runs IS
     'The run queue: queued -> claimed -> finished|failed|cancelled (claimed -> queued on retry or recovery).';
 COMMENT ON COLUMN office.runs.entry_triggered IS
     'True when a step-entry action enqueued the run: it never coalesces into another run and is never a coalesce target (since 0.2.0).';
+COMMENT ON COLUMN office.runs.heartbeat_at IS
+    'When the worker holding the claim last proved it is alive (claim_run, heartbeat_run); recover_stale_runs reads it (since 0.4.0).';
 
 -- The durable dedup: one row per key, over every status, with no time bound.
 CREATE UNIQUE INDEX idx_run_idempotency ON office.runs (idempotency_key)
     WHERE idempotency_key IS NOT NULL;
--- Coalesce-target lookup (newest queued run of a bucket) and claim_run for one agent.
+-- Coalesce-target lookup (newest queued run of a bucket).
 CREATE INDEX idx_run_bucket_queued ON office.runs (agent_profile_id, reason, task_id, requested_at DESC)
     WHERE status = 'queued';
--- claim_run: the oldest queued run (ties by id, bytewise).
-CREATE INDEX idx_run_queued ON office.runs (requested_at, id COLLATE "C") WHERE status = 'queued';
+-- claim_run: one agent's oldest queued run (ties by id, bytewise), and the
+-- loose scan over the agents that have queued runs (an unfiltered claim
+-- visits each such agent once, however long its backlog). It replaced
+-- 0.3.0's idx_run_queued (requested_at, id) in 0.4.0: walking that one in
+-- time order read every queued run of agents that already hold a claim.
+CREATE INDEX idx_run_agent_queued ON office.runs (agent_profile_id, requested_at, id COLLATE "C")
+    WHERE status = 'queued';
 -- At most one claimed run per agent, ever; also serves the per-agent claimed
 -- check of claim_run and the scan of recover_stale_runs (claimed runs are few).
 CREATE UNIQUE INDEX idx_run_one_claimed_per_agent ON office.runs (agent_profile_id)
@@ -75,6 +95,116 @@ CREATE UNIQUE INDEX idx_run_one_claimed_per_agent ON office.runs (agent_profile_
 -- prune_runs.
 CREATE INDEX idx_run_finished ON office.runs (finished_at)
     WHERE status IN ('finished', 'failed', 'cancelled');
+
+-- Keys absorbed by a coalesce, recorded as served by the run they coalesced
+-- into (since 0.4.0): a redelivery of such a request is a dedup onto that
+-- run for as long as it exists; pruning the run frees them. A key is in at
+-- most one of runs.idempotency_key and this table (enqueue_run's key lock).
+CREATE TABLE office.run_keys_recorded (
+    idempotency_key text PRIMARY KEY CHECK (idempotency_key <> '' AND length(idempotency_key) <= 512),
+    run_id          text NOT NULL REFERENCES office.runs (id) ON DELETE CASCADE,
+    recorded_at     timestamptz NOT NULL DEFAULT now()
+);
+SELECT pg_catalog.pg_extension_config_dump('office.run_keys_recorded', '');
+REVOKE ALL ON TABLE office.run_keys_recorded FROM PUBLIC;
+COMMENT ON TABLE office.run_keys_recorded IS
+    'Idempotency keys of requests that coalesced into a run, served by that run from then on (run_keys lists them); deleted with the run.';
+-- run_keys, and the cascade when prune_runs deletes runs.
+CREATE INDEX idx_run_keys_recorded_run ON office.run_keys_recorded (run_id);
+
+-- Internal: takes one enqueue lock (a key's or a bucket's). Under READ
+-- COMMITTED the statements after it read what the previous holder
+-- committed; a stricter transaction that had to wait cannot (its snapshot is
+-- older), so it is told to retry (40001) rather than serve a key twice or
+-- insert a second run into a bucket.
+CREATE FUNCTION office._run_lock(lock_id bigint, agent_profile_id text, reason text, idempotency_key text)
+    RETURNS void
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT pg_try_advisory_xact_lock(lock_id) THEN
+        PERFORM pg_advisory_xact_lock(lock_id);
+        IF current_setting('transaction_isolation') <> 'read committed' THEN
+            IF idempotency_key IS NOT NULL THEN
+                RAISE EXCEPTION USING ERRCODE = '40001',
+                    MESSAGE = format('concurrent enqueue of idempotency_key %s: retry the transaction',
+                                     quote_literal(idempotency_key));
+            END IF;
+            RAISE EXCEPTION USING ERRCODE = '40001',
+                MESSAGE = format('concurrent enqueue for agent %s, reason %s: retry the transaction',
+                                 quote_literal(agent_profile_id), quote_literal(reason));
+        END IF;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION office._run_lock(bigint, text, text, text) IS
+    'Internal: takes an enqueue lock (a key''s when idempotency_key is given, else a bucket''s), waiting if needed; after a wait outside READ COMMITTED 40001 (retry).';
+REVOKE EXECUTE ON FUNCTION office._run_lock(bigint, text, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._run_lock(bigint, text, text, text) TO office_admin;
+
+-- Internal: the advisory locks an enqueue request takes, NULL where it takes
+-- none: its key's (a keyed request), then its bucket's (a coalescible one:
+-- not entry-triggered, key not starting with task_comment:). Arguments as
+-- enqueue_run normalises them ('' keys and tasks are NULL).
+CREATE FUNCTION office._run_lock_ids(agent_profile_id text, reason text, idempotency_key text,
+                                     task_id text, entry_triggered boolean,
+                                     OUT key_lock bigint, OUT bucket_lock bigint)
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE WHEN idempotency_key IS NOT NULL
+                THEN hashtextextended('office.runs.key:' || idempotency_key, 0) END,
+           CASE WHEN NOT coalesce(entry_triggered, false)
+                     AND (idempotency_key IS NULL OR NOT starts_with(idempotency_key, 'task_comment:'))
+                THEN hashtextextended('office.runs.bucket:' || agent_profile_id || ':' || reason || ':'
+                                      || coalesce(task_id, ''), 0) END
+$$;
+COMMENT ON FUNCTION office._run_lock_ids(text, text, text, text, boolean) IS
+    'Internal: the advisory lock ids of an enqueue request: its key''s (keyed) and its bucket''s (coalescible), NULL where none.';
+REVOKE EXECUTE ON FUNCTION office._run_lock_ids(text, text, text, text, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._run_lock_ids(text, text, text, text, boolean) TO office_admin;
+
+-- Internal: the wake-up signal for a run just queued for an agent (API.md §3,
+-- office.notify). NOTIFY takes a cluster-wide lock at commit and holds it
+-- through the WAL flush, so notifying producers commit one at a time
+-- (docs/benchmarks.md). 'edge' (the default) signals only when no worker is
+-- already bound to come for the agent: it has no claimed run and no other
+-- claimable queued run (a worker that finds work keeps claiming until it gets
+-- nothing). 'every' (or 'on', the 0.3.0 spelling) signals every queued run;
+-- 'off' never. The payload is the agent id.
+CREATE FUNCTION office._signal_run(agent_profile_id text, run_id text) RETURNS void
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+    SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_mode text := coalesce(nullif(current_setting('office.notify', true), ''), 'edge');
+BEGIN
+    IF v_mode = 'edge' THEN
+        IF EXISTS (SELECT FROM office.runs c
+                    WHERE c.agent_profile_id = _signal_run.agent_profile_id AND c.status = 'claimed')
+           OR EXISTS (SELECT FROM office.runs q
+                       WHERE q.agent_profile_id = _signal_run.agent_profile_id AND q.status = 'queued'
+                         AND q.id <> _signal_run.run_id
+                         AND (q.scheduled_retry_at IS NULL OR q.scheduled_retry_at <= now())) THEN
+            RETURN;
+        END IF;
+    ELSIF v_mode NOT IN ('every', 'on') THEN
+        IF v_mode = 'off' THEN
+            RETURN;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('setting office.notify = %s must be edge, every or off', quote_literal(left(v_mode, 200)));
+    END IF;
+    PERFORM pg_notify('office_runs', _signal_run.agent_profile_id);
+END
+$$;
+COMMENT ON FUNCTION office._signal_run(text, text) IS
+    'Internal: NOTIFY office_runs with the agent id for a run just queued, as office.notify says: edge (default: only when the agent has no claimed and no other claimable queued run), every (or on), off; another value 22023 naming the setting.';
+REVOKE EXECUTE ON FUNCTION office._signal_run(text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._signal_run(text, text) TO office_admin;
 
 CREATE FUNCTION office.enqueue_run(agent_profile_id text, reason text, payload jsonb DEFAULT '{}',
                                    idempotency_key text DEFAULT NULL, task_id text DEFAULT NULL,
@@ -96,8 +226,9 @@ DECLARE
     v_cause   text := nullif(enqueue_run.keyless_cause, '');
     v_status  text;
     v_window  interval;
-    v_lock    bigint;
+    v_locks   record;
     v_id      text;
+    v_at      timestamptz;
     v_result  office.enqueue_result;
 BEGIN
     -- 1. Validate. Nothing is written before this block has passed.
@@ -108,6 +239,8 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = '22023',
             MESSAGE = format('reason must not be empty (agent %s)', quote_literal(v_agent));
     END IF;
+    PERFORM office._check_short_text('reason', v_reason);
+    PERFORM office._check_short_text('task_id', v_task);
     IF v_payload IS NULL OR jsonb_typeof(v_payload) <> 'object' THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
             MESSAGE = format('payload must be a JSON object, not %s', coalesce(jsonb_typeof(v_payload), 'NULL'));
@@ -150,37 +283,31 @@ BEGIN
     IF v_task IS NOT NULL THEN
         v_payload := v_payload || jsonb_build_object('task_id', v_task);
     END IF;
+    SELECT * INTO v_locks FROM office._run_lock_ids(v_agent, v_reason, v_key, v_task, v_entry);
 
-    -- 2. Windowed lookup (any status), through idx_run_idempotency.
+    -- 2. A served key (own or recorded, any status, any age) is a dedup,
+    -- before any coalescing. The key lock makes lookup-then-act atomic per
+    -- key: a request that waited reads what the holder committed.
     IF v_key IS NOT NULL THEN
-        v_window := office._window('office.idempotency_window', interval '24 hours');
-        SELECT r.id INTO v_id
-          FROM office.runs r
-         WHERE r.idempotency_key = v_key AND r.requested_at > now() - v_window;
-        IF FOUND THEN
-            PERFORM office._count_dedup('runs', v_reason, 'windowed');
-            v_result := ('deduped', 'windowed', v_id);
+        PERFORM office._run_lock(v_locks.key_lock, v_agent, v_reason, v_key);
+        SELECT r.id, r.requested_at INTO v_id, v_at FROM office.runs r WHERE r.idempotency_key = v_key;
+        IF v_id IS NULL THEN
+            SELECT k.run_id, k.recorded_at INTO v_id, v_at
+              FROM office.run_keys_recorded k WHERE k.idempotency_key = v_key;
+        END IF;
+        IF v_id IS NOT NULL THEN
+            v_window := office._window('office.idempotency_window', interval '24 hours');
+            v_result := ('deduped', CASE WHEN v_at > now() - v_window THEN 'windowed' ELSE 'durable' END, v_id);
+            PERFORM office._count_dedup('runs', v_reason, v_result.dedup_kind);
             RETURN v_result;
         END IF;
     END IF;
 
     -- 3. Coalesce, unless the request is entry-triggered or comment-keyed.
-    IF NOT v_entry AND (v_key IS NULL OR NOT starts_with(v_key, 'task_comment:')) THEN
+    IF v_locks.bucket_lock IS NOT NULL THEN
         -- One coalescible enqueue per bucket at a time: the lookup below and
-        -- the insert of step 4 are a check-then-act. A waiter reads again
-        -- with a fresh snapshot (READ COMMITTED) after the holder committed.
-        v_lock := hashtextextended('office.runs.bucket:' || v_agent || ':' || v_reason || ':'
-                                   || coalesce(v_task, ''), 0);
-        IF NOT pg_try_advisory_xact_lock(v_lock) THEN
-            PERFORM pg_advisory_xact_lock(v_lock);
-            -- Under REPEATABLE READ or SERIALIZABLE our snapshot cannot see
-            -- what the holder just committed: ask the caller to retry.
-            IF current_setting('transaction_isolation') <> 'read committed' THEN
-                RAISE EXCEPTION USING ERRCODE = '40001',
-                    MESSAGE = format('concurrent enqueue for agent %s, reason %s: retry the transaction',
-                                     quote_literal(v_agent), quote_literal(v_reason));
-            END IF;
-        END IF;
+        -- the insert of step 4 are a check-then-act.
+        PERFORM office._run_lock(v_locks.bucket_lock, v_agent, v_reason, NULL);
         v_window := office._window('office.coalesce_window', interval '5 seconds');
         -- A target being claimed right now is skipped (SKIP LOCKED): a
         -- claimed run is never a target, and claimers never wait for us.
@@ -216,29 +343,28 @@ BEGIN
             RETURNING r.id INTO v_id;
         END IF;
         IF v_id IS NOT NULL THEN
+            -- The target serves the incoming key from now on.
+            IF v_key IS NOT NULL THEN
+                INSERT INTO office.run_keys_recorded (idempotency_key, run_id) VALUES (v_key, v_id);
+            END IF;
             PERFORM office._count_dedup('runs', v_reason, 'coalesced');
             v_result := ('coalesced', NULL, v_id);
             RETURN v_result;
         END IF;
     END IF;
 
-    -- 4. Insert and classify. ON CONFLICT waits for an in-flight inserter of
-    -- the key; once it has committed, DO NOTHING, and the next statement (a
-    -- fresh snapshot) finds the holder. If the holder vanished meanwhile
-    -- (rolled back, pruned), try the insert again.
+    -- 4. Insert. The key lock already keeps a second inserter of the key
+    -- out; the unique index stays the backstop against writers that bypass
+    -- this function: ON CONFLICT waits for an in-flight inserter, then DO
+    -- NOTHING, and the next statement (a fresh snapshot) finds the holder. If
+    -- the holder vanished meanwhile (rolled back, pruned), try again.
     LOOP
         INSERT INTO office.runs (agent_profile_id, reason, payload, idempotency_key, task_id, entry_triggered)
         VALUES (v_agent, v_reason, v_payload, v_key, v_task, v_entry)
         ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
         RETURNING id INTO v_id;
         IF v_id IS NOT NULL THEN
-            -- NOTIFY takes a cluster-wide lock at commit and holds it through
-            -- the WAL flush, so notifying producers commit one at a time
-            -- (docs/benchmarks.md). Fleets whose workers poll claim_run can
-            -- turn it off per database, role or session: office.notify = off.
-            IF current_setting('office.notify', true) IS DISTINCT FROM 'off' THEN
-                PERFORM pg_notify('office_runs', v_id);
-            END IF;
+            PERFORM office._signal_run(v_agent, v_id);
             v_result := ('queued', NULL, v_id);
             RETURN v_result;
         END IF;
@@ -252,7 +378,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION office.enqueue_run(text, text, jsonb, text, text, boolean, text, text) IS
-    'Enqueues a run: windowed dedup -> coalesce -> insert (durable dedup on idx_run_idempotency). Returns (outcome queued|deduped|coalesced, dedup_kind windowed|durable, run_id); NOTIFY office_runs on queued. Bad input 22023, unknown agent OFA01, agent not accepting runs OFA02.';
+    'Enqueues a run: a key already served (own or recorded by a coalesce) -> deduped windowed|durable; else coalesce (the key is recorded on the target); else insert. Returns (outcome queued|deduped|coalesced, dedup_kind windowed|durable, run_id); on queued the wake-up signal of office.notify (NOTIFY office_runs, the agent id). Bad input 22023, unknown agent OFA01, agent not accepting runs OFA02.';
 REVOKE EXECUTE ON FUNCTION office.enqueue_run(text, text, jsonb, text, text, boolean, text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.enqueue_run(text, text, jsonb, text, text, boolean, text, text)
     TO office_producer, office_admin;
@@ -271,12 +397,37 @@ DECLARE
     v_msg    text;
     v_detail text;
     v_hint   text;
+    v_lock   record;
 BEGIN
     IF requests IS NULL OR jsonb_typeof(requests) <> 'array' THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
             MESSAGE = format('enqueue_runs: requests must be a JSON array, not %s',
                              coalesce(jsonb_typeof(requests), 'NULL'));
     END IF;
+    -- Every lock the elements will take, up front and in the global order
+    -- (all key locks, then all bucket locks, each by ascending id), so two
+    -- bulk calls never hold one lock each while waiting for the other's:
+    -- the elements' own enqueue_run then finds its locks held. Elements
+    -- are normalised as enqueue_run normalises its arguments; a malformed
+    -- one fails in the loop below and its locks go with the transaction.
+    FOR v_lock IN
+        SELECT DISTINCT ON (k.cls, k.id) k.id, k.agent, k.reason, k.key
+          FROM (SELECT e.value ->> 'agent_profile_id' AS agent, e.value ->> 'reason' AS reason,
+                       nullif(e.value ->> 'idempotency_key', '') AS key, l.key_lock, l.bucket_lock
+                  FROM jsonb_array_elements(requests) AS e(value)
+                 CROSS JOIN LATERAL office._run_lock_ids(
+                           e.value ->> 'agent_profile_id', e.value ->> 'reason',
+                           nullif(e.value ->> 'idempotency_key', ''), nullif(e.value ->> 'task_id', ''),
+                           CASE WHEN jsonb_typeof(e.value -> 'entry_triggered') = 'boolean'
+                                THEN (e.value ->> 'entry_triggered')::boolean END) AS l
+                 WHERE jsonb_typeof(e.value) = 'object') AS r
+         CROSS JOIN LATERAL (VALUES (0, r.key_lock, r.agent, r.reason, r.key),
+                                    (1, r.bucket_lock, r.agent, r.reason, NULL)) AS k(cls, id, agent, reason, key)
+         WHERE k.id IS NOT NULL
+         ORDER BY k.cls, k.id
+    LOOP
+        PERFORM office._run_lock(v_lock.id, v_lock.agent, v_lock.reason, v_lock.key);
+    END LOOP;
     -- One block (one subtransaction) around the whole loop, not one per
     -- element: its only job is to put the ordinality into the message of
     -- whatever error an element raises, keeping its SQLSTATE.
@@ -338,7 +489,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION office.enqueue_runs(jsonb) IS
-    'Bulk enqueue_run: an array of objects with enqueue_run''s parameter names, applied in order; one (ordinality, outcome, dedup_kind, run_id) per element. Any invalid element fails the whole call with its SQLSTATE and ordinality.';
+    'Bulk enqueue_run: an array of objects with enqueue_run''s parameter names, applied in order; one (ordinality, outcome, dedup_kind, run_id) per element. Takes every element''s locks up front in one global order, so bulk calls never deadlock each other. Any invalid element fails the whole call with its SQLSTATE and ordinality.';
 REVOKE EXECUTE ON FUNCTION office.enqueue_runs(jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.enqueue_runs(jsonb) TO office_producer, office_admin;
 
@@ -350,55 +501,87 @@ CREATE FUNCTION office.claim_run(worker_id text DEFAULT NULL, agent_profile_id t
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_agent       text := claim_run.agent_profile_id;
+    v_agent       text := nullif(claim_run.agent_profile_id, '');
     v_skip_agents text[] := '{}';
     v_skip_runs   text[] := '{}';
     v_cand_id     text;
     v_cand_agent  text;
     v_row         office.runs;
 BEGIN
-    -- One candidate at a time, oldest first (each lookup is a LIMIT 1 walk of
-    -- idx_run_queued, or of idx_run_bucket_queued for one agent). For each: a
-    -- per-agent advisory lock taken with pg_try_* (a claimer busy with this
-    -- agent makes us skip the agent, never wait), then a fresh look for a
-    -- claimed run of the agent (one may have committed after the candidate
-    -- lookup's snapshot), then the row itself with SKIP LOCKED.
-    -- idx_run_one_claimed_per_agent backs the rule up in the table.
+    PERFORM office._check_short_text('worker_id', claim_run.worker_id);
+    -- One candidate at a time, oldest first. Without an agent, a loose scan
+    -- of idx_run_agent_queued visits each agent that has queued runs once
+    -- (one index descent per agent, not one row per queued run), keeps the
+    -- agents that accept runs and hold no claim, and takes the oldest due run
+    -- of each (a LIMIT 1 walk of the same index); the oldest of those is the
+    -- candidate. So the cost follows the number of agents with a backlog, not
+    -- the backlog of agents that already hold a claim.
+    -- For each candidate: the agent's advisory lock, taken with pg_try_* (a
+    -- claimer busy with this agent makes us skip it, never wait); then, in a
+    -- statement of its own (READ COMMITTED: a snapshot taken after the lock),
+    -- a look for a claimed run of the agent, which sees any claim committed
+    -- before we got the lock; then the row itself with SKIP LOCKED. Every
+    -- claimer holds the agent's lock until its transaction ends, so no claim
+    -- can be in flight unseen: no 23505 on idx_run_one_claimed_per_agent,
+    -- which stays as the backstop in the table.
     LOOP
         IF v_agent IS NULL THEN
-            SELECT q.id, q.agent_profile_id INTO v_cand_id, v_cand_agent
-              FROM office.runs q
-             WHERE q.status = 'queued'
-               AND (q.scheduled_retry_at IS NULL OR q.scheduled_retry_at <= now())
-               AND q.agent_profile_id <> ALL (v_skip_agents)
-               AND q.id <> ALL (v_skip_runs)
-               AND NOT EXISTS (SELECT FROM office.runs c
-                                WHERE c.agent_profile_id = q.agent_profile_id AND c.status = 'claimed')
-             ORDER BY q.requested_at, q.id COLLATE "C"
+            WITH RECURSIVE agents(agent) AS (
+                (SELECT q.agent_profile_id FROM office.runs q
+                  WHERE q.status = 'queued' ORDER BY q.agent_profile_id LIMIT 1)
+                UNION ALL
+                SELECT (SELECT q.agent_profile_id FROM office.runs q
+                         WHERE q.status = 'queued' AND q.agent_profile_id > agents.agent
+                         ORDER BY q.agent_profile_id LIMIT 1)
+                  FROM agents WHERE agents.agent IS NOT NULL
+            )
+            SELECT c.id, c.agent_profile_id INTO v_cand_id, v_cand_agent
+              FROM agents
+             CROSS JOIN LATERAL (SELECT q.id, q.agent_profile_id, q.requested_at
+                                   FROM office.runs q
+                                  WHERE q.status = 'queued' AND q.agent_profile_id = agents.agent
+                                    AND (q.scheduled_retry_at IS NULL OR q.scheduled_retry_at <= now())
+                                    AND q.id <> ALL (v_skip_runs)
+                                  ORDER BY q.requested_at, q.id COLLATE "C"
+                                  LIMIT 1) c
+             WHERE agents.agent IS NOT NULL AND agents.agent <> ALL (v_skip_agents)
+               AND NOT EXISTS (SELECT FROM office.runs x
+                                WHERE x.agent_profile_id = agents.agent AND x.status = 'claimed')
+               AND EXISTS (SELECT FROM office.agent_profiles p
+                            WHERE p.id = agents.agent
+                              AND p.status NOT IN ('paused', 'stopped', 'pending_approval'))
+             ORDER BY c.requested_at, c.id COLLATE "C"
              LIMIT 1;
         ELSE
+            -- One agent: its oldest due run, read in index order (never a
+            -- sort of its backlog); nothing when it holds a claim or does not
+            -- accept runs.
             SELECT q.id, q.agent_profile_id INTO v_cand_id, v_cand_agent
               FROM office.runs q
              WHERE q.status = 'queued' AND q.agent_profile_id = v_agent
                AND (q.scheduled_retry_at IS NULL OR q.scheduled_retry_at <= now())
-               AND q.agent_profile_id <> ALL (v_skip_agents)
                AND q.id <> ALL (v_skip_runs)
-               AND NOT EXISTS (SELECT FROM office.runs c
-                                WHERE c.agent_profile_id = q.agent_profile_id AND c.status = 'claimed')
+               AND NOT EXISTS (SELECT FROM office.runs x WHERE x.agent_profile_id = v_agent AND x.status = 'claimed')
+               AND EXISTS (SELECT FROM office.agent_profiles p
+                            WHERE p.id = v_agent AND p.status NOT IN ('paused', 'stopped', 'pending_approval'))
              ORDER BY q.requested_at, q.id COLLATE "C"
              LIMIT 1;
         END IF;
         EXIT WHEN NOT FOUND;
 
-        IF NOT pg_try_advisory_xact_lock(hashtextextended('office.runs.claim:' || v_cand_agent, 0))
-           OR EXISTS (SELECT FROM office.runs c
-                       WHERE c.agent_profile_id = v_cand_agent AND c.status = 'claimed') THEN
+        IF NOT pg_try_advisory_xact_lock(hashtextextended('office.runs.claim:' || v_cand_agent, 0)) THEN
+            EXIT WHEN v_agent IS NOT NULL;
+            v_skip_agents := v_skip_agents || v_cand_agent;
+            CONTINUE;
+        END IF;
+        IF EXISTS (SELECT FROM office.runs c WHERE c.agent_profile_id = v_cand_agent AND c.status = 'claimed') THEN
+            EXIT WHEN v_agent IS NOT NULL;
             v_skip_agents := v_skip_agents || v_cand_agent;
             CONTINUE;
         END IF;
         UPDATE office.runs r
            SET status = 'claimed', claimed_at = now(), claimed_by = claim_run.worker_id,
-               attempt = r.attempt + 1
+               heartbeat_at = now(), attempt = r.attempt + 1
          WHERE r.id = (SELECT l.id FROM office.runs l
                         WHERE l.id = v_cand_id AND l.status = 'queued'
                           AND (l.scheduled_retry_at IS NULL OR l.scheduled_retry_at <= now())
@@ -414,9 +597,59 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION office.claim_run(text, text) IS
-    'Claims the oldest queued run (optionally of one agent) that is due and whose agent has no claimed run: status claimed, attempt + 1. 0 or 1 row; never waits for another claimer.';
+    'Claims the oldest due queued run (optionally of one agent) whose agent accepts runs and has no claimed run: status claimed, claimed_at and heartbeat_at now, attempt + 1. 0 or 1 row; never waits for or fails because of another claimer; its cost does not grow with the backlog of agents holding a claim. worker_id over 200 characters or with a control character 22023.';
 REVOKE EXECUTE ON FUNCTION office.claim_run(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.claim_run(text, text) TO office_worker, office_admin;
+
+CREATE FUNCTION office.heartbeat_run(run_id text, attempt int) RETURNS boolean
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+BEGIN
+    -- heartbeat_at is in no index, so a beat is a HOT update of the row.
+    UPDATE office.runs r
+       SET heartbeat_at = now()
+     WHERE r.id = heartbeat_run.run_id AND r.status = 'claimed' AND r.attempt = heartbeat_run.attempt;
+    RETURN FOUND;
+END
+$$;
+COMMENT ON FUNCTION office.heartbeat_run(text, int) IS
+    'While the run is claimed with this attempt: heartbeat_at = now(), true (the lease is renewed); otherwise false: the worker lost the run (recovered, cancelled, re-claimed) and must stop working on it.';
+REVOKE EXECUTE ON FUNCTION office.heartbeat_run(text, int) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.heartbeat_run(text, int) TO office_worker, office_admin;
+
+CREATE FUNCTION office.get_run(run_id text) RETURNS SETOF office.runs
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT r.* FROM office.runs r WHERE r.id = get_run.run_id
+$$;
+COMMENT ON FUNCTION office.get_run(text) IS
+    'The run with this id (0 or 1 row).';
+REVOKE EXECUTE ON FUNCTION office.get_run(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.get_run(text) TO office_producer, office_worker, office_reader, office_admin;
+
+CREATE FUNCTION office.run_keys(run_id text)
+    RETURNS TABLE (idempotency_key text, recorded_at timestamptz, how text)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT k.idempotency_key, k.recorded_at, k.how
+      FROM (SELECT r.idempotency_key, r.requested_at AS recorded_at, 'own' AS how, 0 AS ord
+              FROM office.runs r
+             WHERE r.id = run_keys.run_id AND r.idempotency_key IS NOT NULL
+            UNION ALL
+            SELECT c.idempotency_key, c.recorded_at, 'coalesced', 1
+              FROM office.run_keys_recorded c
+             WHERE c.run_id = run_keys.run_id) AS k
+     ORDER BY k.recorded_at, k.ord, k.idempotency_key COLLATE "C"
+$$;
+COMMENT ON FUNCTION office.run_keys(text) IS
+    'The idempotency keys a run serves, by recorded_at: its own (how own, recorded_at its requested_at), then those recorded when requests with them coalesced into it (how coalesced). None for a keyless or unknown run.';
+REVOKE EXECUTE ON FUNCTION office.run_keys(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.run_keys(text) TO office_producer, office_worker, office_reader, office_admin;
 
 CREATE FUNCTION office.finish_run(run_id text, attempt int) RETURNS boolean
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -443,6 +676,7 @@ CREATE FUNCTION office.fail_run(run_id text, attempt int, error_message text) RE
 AS $$
 #variable_conflict use_column
 BEGIN
+    PERFORM office._check_free_text('error_message', fail_run.error_message);
     UPDATE office.runs r
        SET status = 'failed', error_message = fail_run.error_message,
            finished_at = coalesce(r.finished_at, now())
@@ -451,7 +685,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION office.fail_run(text, int, text) IS
-    'claimed -> failed with error_message, only if the run is still claimed with this attempt.';
+    'claimed -> failed with error_message, only if the run is still claimed with this attempt. error_message over 64 KiB 22023.';
 REVOKE EXECUTE ON FUNCTION office.fail_run(text, int, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.fail_run(text, int, text) TO office_worker, office_admin;
 
@@ -462,20 +696,17 @@ CREATE FUNCTION office.retry_run(run_id text, attempt int, delay interval) RETUR
 AS $$
 #variable_conflict use_column
 BEGIN
-    IF retry_run.delay IS NULL OR retry_run.delay < interval '0' THEN
-        RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = format('delay must be a non-negative interval, not %s', coalesce(retry_run.delay::text, 'NULL'));
-    END IF;
+    PERFORM office._check_interval('delay', retry_run.delay);
     UPDATE office.runs r
        SET status = 'queued', retry_count = r.retry_count + 1,
            scheduled_retry_at = now() + retry_run.delay,
-           claimed_at = NULL, claimed_by = NULL, finished_at = NULL
+           claimed_at = NULL, claimed_by = NULL, heartbeat_at = NULL, finished_at = NULL
      WHERE r.id = retry_run.run_id AND r.status = 'claimed' AND r.attempt = retry_run.attempt;
     RETURN FOUND;
 END
 $$;
 COMMENT ON FUNCTION office.retry_run(text, int, interval) IS
-    'claimed -> queued in place (key kept), retry_count + 1, claimable again after delay; only if still claimed with this attempt. Negative delay 22023.';
+    'claimed -> queued in place (key kept), retry_count + 1, claimable again after delay (claimed_at, claimed_by, heartbeat_at cleared); only if still claimed with this attempt. A delay that is not a finite interval from 0 to 100 years 22023.';
 REVOKE EXECUTE ON FUNCTION office.retry_run(text, int, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.retry_run(text, int, interval) TO office_worker, office_admin;
 
@@ -486,6 +717,7 @@ CREATE FUNCTION office.cancel_run(run_id text, reason text) RETURNS boolean
 AS $$
 #variable_conflict use_column
 BEGIN
+    PERFORM office._check_free_text('reason', cancel_run.reason);
     UPDATE office.runs r
        SET status = 'cancelled', cancel_reason = cancel_run.reason, finished_at = now()
      WHERE r.id = cancel_run.run_id AND r.status IN ('queued', 'claimed');
@@ -493,7 +725,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION office.cancel_run(text, text) IS
-    'queued|claimed -> cancelled with cancel_reason; a finished, failed or cancelled run is untouched (false).';
+    'queued|claimed -> cancelled with cancel_reason; a finished, failed or cancelled run is untouched (false). reason over 64 KiB 22023.';
 REVOKE EXECUTE ON FUNCTION office.cancel_run(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.cancel_run(text, text) TO office_worker, office_admin;
 
@@ -506,14 +738,17 @@ DECLARE
     v_count int;
 BEGIN
     PERFORM office._check_interval('older_than', recover_stale_runs.older_than);
-    -- A run its worker is finishing right now is locked: skip it.
+    -- A lease lapses when the worker's last heartbeat (its claim, if it
+    -- never sent one) is older than the limit. A run its worker is finishing
+    -- or heart-beating right now is locked: skip it.
     WITH stale AS (
         SELECT s.id FROM office.runs s
-         WHERE s.status = 'claimed' AND s.claimed_at < now() - recover_stale_runs.older_than
+         WHERE s.status = 'claimed'
+           AND coalesce(s.heartbeat_at, s.claimed_at) < now() - recover_stale_runs.older_than
            FOR UPDATE SKIP LOCKED
     )
     UPDATE office.runs r
-       SET status = 'queued', claimed_at = NULL, claimed_by = NULL
+       SET status = 'queued', claimed_at = NULL, claimed_by = NULL, heartbeat_at = NULL
       FROM stale
      WHERE r.id = stale.id;
     GET DIAGNOSTICS v_count = ROW_COUNT;
@@ -521,7 +756,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION office.recover_stale_runs(interval) IS
-    'claimed for longer than older_than -> queued (claimed_at, claimed_by cleared; attempt kept, so the old worker is fenced). Returns the count.';
+    'A claimed run whose heartbeat_at (its claimed_at if it never sent one) is older than older_than -> queued (claimed_at, claimed_by, heartbeat_at cleared; attempt kept, so its next claim fences the lost worker). Returns the count.';
 REVOKE EXECUTE ON FUNCTION office.recover_stale_runs(interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.recover_stale_runs(interval) TO office_admin;
 
@@ -542,6 +777,6 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION office.prune_runs(interval) IS
-    'Deletes finished, failed and cancelled runs whose finished_at is older than older_than (their keys become free). Returns the count.';
+    'Deletes finished, failed and cancelled runs whose finished_at is older than older_than (their own and recorded keys become free). Returns the count.';
 REVOKE EXECUTE ON FUNCTION office.prune_runs(interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.prune_runs(interval) TO office_admin;

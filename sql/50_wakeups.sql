@@ -25,7 +25,7 @@ COMMENT ON TYPE office.wakeup_dispatch_result IS
     'Result of office.dispatch_wakeup: status claimed (a new run), coalesced (into run_id), skipped or noop (the request was not queued), and the run concerned.';
 
 CREATE TABLE office.wakeup_requests (
-    id               text PRIMARY KEY DEFAULT gen_random_uuid()::text,
+    id               text PRIMARY KEY DEFAULT office._uuid_v7(),
     agent_profile_id text NOT NULL CHECK (agent_profile_id <> ''),
     source           text NOT NULL CHECK (source <> ''),
     reason           text NOT NULL DEFAULT '',
@@ -207,7 +207,7 @@ BEGIN
     INSERT INTO office.runs AS r (agent_profile_id, reason, payload, context_snapshot)
     VALUES (v_req.agent_profile_id, coalesce(nullif(v_req.reason, ''), v_req.source), '{}', v_req.payload)
     RETURNING r.id INTO v_run;
-    PERFORM pg_notify('office_runs', v_run);
+    PERFORM office._signal_run(v_req.agent_profile_id, v_run);
     UPDATE office.wakeup_requests w
        SET status = 'claimed', run_id = v_run, claimed_at = now(), finished_at = now()
      WHERE w.id = v_req.id;

@@ -87,7 +87,7 @@ CREATE INDEX idx_routine_triggers_routine ON office.routine_triggers (routine_id
 CREATE INDEX idx_routine_triggers_due ON office.routine_triggers (next_run_at) WHERE enabled;
 
 CREATE TABLE office.routine_runs (
-    id                       text PRIMARY KEY DEFAULT gen_random_uuid()::text,
+    id                       text PRIMARY KEY DEFAULT office._uuid_v7(),
     routine_id               text NOT NULL REFERENCES office.routines (id) ON DELETE CASCADE,
     trigger_id               text NOT NULL DEFAULT '',
     source                   text NOT NULL CHECK (source IN ('cron', 'manual', 'webhook')),
@@ -360,7 +360,7 @@ BEGIN
     -- Validate everything before writing anything.
     PERFORM office._check_id('workspace', create_routine.workspace_id);
     IF v_id IS NULL THEN
-        v_id := gen_random_uuid()::text;
+        v_id := office._uuid_v7();
     ELSE
         PERFORM office._check_id('routine', v_id);
     END IF;
@@ -446,7 +446,7 @@ DECLARE
     v_row office.routine_triggers;
 BEGIN
     IF v_id IS NULL THEN
-        v_id := gen_random_uuid()::text;
+        v_id := office._uuid_v7();
     ELSE
         PERFORM office._check_id('routine trigger', v_id);
     END IF;

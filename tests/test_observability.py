@@ -195,15 +195,18 @@ def _two_backends_in_different_slots(dsn: str) -> tuple[Conn, Conn]:
 def test_counting_does_not_make_concurrent_enqueues_wait(
     db: Conn, dsn: str, agents: list[str]
 ) -> None:
-    enqueue(db, agents[0], "task_assigned", key="K")
+    # Two keys (since 0.4.0 a request waits for a concurrent one with the
+    # same key: the key lock), one label.
+    enqueue(db, agents[0], "task_assigned", key="K1", task="T1")
+    enqueue(db, agents[0], "task_assigned", key="K2", task="T2")
     holder, other = _two_backends_in_different_slots(dsn)
     with holder, other:
         # The holder counts a windowed dedup and keeps its transaction open, so
         # it holds the lock on its counter row.
-        assert enqueue(holder, agents[0], "task_assigned", key="K")[:2] == ("deduped", "windowed")
+        assert enqueue(holder, agents[0], "task_assigned", key="K1")[:2] == ("deduped", "windowed")
         # The other backend counts the very same label: it must not wait.
         other.execute("SET lock_timeout = '20s'")
-        assert enqueue(other, agents[0], "task_assigned", key="K")[:2] == ("deduped", "windowed")
+        assert enqueue(other, agents[0], "task_assigned", key="K2")[:2] == ("deduped", "windowed")
         holder.commit()
     assert db.execute("SELECT total FROM office.dedup_stats").fetchall() == [(2,)]
     assert db.execute("SELECT count(*) FROM office.dedup_counters").fetchone() == (2,)

@@ -264,17 +264,24 @@ def test_s06_the_newest_queued_run_is_the_target(db: Conn, agent: str) -> None:
     assert enqueue(db, agent, "heartbeat") == ("coalesced", None, newer)
 
 
-def test_s07_the_target_keeps_its_key_and_the_incoming_key_is_dropped(db: Conn, agent: str) -> None:
+def test_s07_the_target_keeps_its_key_and_the_incoming_key_is_recorded(
+    db: Conn, agent: str
+) -> None:
+    # 0.3.0 dropped the incoming key, so a redelivery after the window made a
+    # second run; since 0.4.0 the target serves it (API.md §3, step 3).
     _, _, target = enqueue(db, agent, "task_assigned", idempotency_key="K1")
     assert enqueue(db, agent, "task_assigned", idempotency_key="K2") == ("coalesced", None, target)
     assert run(db, target)["idempotency_key"] == "K1"
     assert [r["id"] for r in runs(db)] == [target]
-    # Redelivered after the window, once R is claimed: a new row with K2.
+    # Redelivered after the window, once R is claimed: still R's.
     set_status(db, target, "claimed")
     age(db, target, "10 seconds")
-    outcome, kind, again = enqueue(db, agent, "task_assigned", idempotency_key="K2")
-    assert (outcome, kind) == ("queued", None)
-    assert run(db, again)["idempotency_key"] == "K2"
+    assert enqueue(db, agent, "task_assigned", idempotency_key="K2") == (
+        "deduped",
+        "windowed",
+        target,
+    )
+    assert [r["id"] for r in runs(db)] == [target]
 
 
 def test_s08_a_comment_keyed_row_is_never_a_target(db: Conn, agent: str) -> None:
@@ -382,9 +389,15 @@ def test_s12_a_second_enqueue_of_a_key_never_errors(db: Conn, agent: str) -> Non
 
 
 def test_s13_with_a_neighbour_a_new_key_is_suppressed_and_not_stored(db: Conn, agent: str) -> None:
+    # The key is not stored on the row, but recorded as served by it: the
+    # second request is a dedup (since 0.4.0), not a second coalesce.
     _, _, neighbour = enqueue(db, agent, "task_assigned", task_id="T")
     assert enqueue(db, agent, "task_assigned", task_id="T", idempotency_key="K")[0] == "coalesced"
-    assert enqueue(db, agent, "task_assigned", task_id="T", idempotency_key="K")[0] == "coalesced"
+    assert enqueue(db, agent, "task_assigned", task_id="T", idempotency_key="K") == (
+        "deduped",
+        "windowed",
+        neighbour,
+    )
     assert [r["id"] for r in runs(db)] == [neighbour]
     assert run(db, neighbour)["idempotency_key"] is None
 
@@ -744,26 +757,29 @@ def test_enqueue_runs_elements_see_the_ones_before(db: Conn, agent: str) -> None
 
 
 # ---------------------------------------------------------------------------
-# NOTIFY office_runs: after a queued insert only
+# NOTIFY office_runs: after a queued insert only, the agent id as payload
+# (0.4.0; 0.3.0 sent the run id). These tests set office.notify = every; the
+# edge default is tested in tests/test_runs_notify.py.
 
 
 def test_notify_only_for_queued_runs(db: Conn, dsn: str, agent: str) -> None:
+    db.execute("SET office.notify = every")
     with psycopg.connect(dsn, autocommit=True) as listener:
         listener.execute("LISTEN office_runs")
-        _, _, first = enqueue(db, agent, "task_comment", idempotency_key="K")
+        enqueue(db, agent, "task_comment", idempotency_key="K")
         enqueue(db, agent, "task_comment", idempotency_key="K")  # windowed dedup
         enqueue(db, agent, "task_comment")  # coalesced
         enqueue(db, agent, "task_comment", entry_triggered=True, idempotency_key="K")  # dedup
-        _, _, last = enqueue(db, agent, "budget_alert")  # queued
+        enqueue(db, "agent-b", "budget_alert")  # queued
         # Notifications arrive in commit order: once the last one is here, any
         # notification of the suppressed calls would have arrived before it.
         received = []
         for note in listener.notifies(timeout=30):
             assert note.channel == "office_runs"
             received.append(note.payload)
-            if note.payload == last:
+            if note.payload == "agent-b":
                 break
-    assert received == [first, last]
+    assert received == [agent, "agent-b"]
 
 
 def test_no_notify_when_the_transaction_rolls_back(db: Conn, dsn: str, agent: str) -> None:
@@ -771,9 +787,9 @@ def test_no_notify_when_the_transaction_rolls_back(db: Conn, dsn: str, agent: st
         listener.execute("LISTEN office_runs")
         with db.transaction(force_rollback=True):
             enqueue(db, agent, "r1")
-        _, _, kept = enqueue(db, agent, "r2")
+        enqueue(db, "agent-b", "r2")
         note = next(listener.notifies(timeout=30))
-    assert note.payload == kept
+    assert note.payload == "agent-b"
 
 
 def test_notify_can_be_turned_off(db: Conn, dsn: str, agent: str) -> None:
@@ -782,9 +798,9 @@ def test_notify_can_be_turned_off(db: Conn, dsn: str, agent: str) -> None:
         db.execute("SET office.notify = off")
         enqueue(db, agent, "silent")
         db.execute("RESET office.notify")
-        _, _, loud = enqueue(db, agent, "loud")
+        enqueue(db, "agent-b", "loud")
         note = next(listener.notifies(timeout=30))
-    assert note.payload == loud
+    assert note.payload == "agent-b"
 
 
 # ---------------------------------------------------------------------------

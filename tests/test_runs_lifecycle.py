@@ -47,7 +47,13 @@ def call(conn: Conn, query: str, params: Any = None) -> Any:
 
 
 def age(conn: Conn, run_id: str, column: str, interval: str) -> None:
-    assert column in ("requested_at", "claimed_at", "finished_at", "scheduled_retry_at")
+    assert column in (
+        "requested_at",
+        "claimed_at",
+        "heartbeat_at",
+        "finished_at",
+        "scheduled_retry_at",
+    )
     conn.execute(
         f"UPDATE office.runs SET {column} = now() - %s::interval WHERE id = %s",
         [interval, run_id],
@@ -286,11 +292,14 @@ def test_recover_stale_runs(db: Conn, agents: list[str]) -> None:
     fresh = enqueue(db, b, "r2")
     claim(db)
     claim(db)
+    # Since 0.4.0 recovery reads the lease (heartbeat_at, set by the claim).
     age(db, stale, "claimed_at", "10 minutes")
+    age(db, stale, "heartbeat_at", "10 minutes")
     assert call(db, "SELECT office.recover_stale_runs('5 minutes')") == 1
     row = run(db, stale)
     assert row["status"] == "queued"
     assert row["claimed_at"] is None and row["claimed_by"] is None
+    assert row["heartbeat_at"] is None
     assert row["attempt"] == 1  # kept: the old worker stays fenced
     assert run(db, fresh)["status"] == "claimed"
     assert call(db, "SELECT office.recover_stale_runs('5 minutes')") == 0

@@ -262,7 +262,17 @@ def test_claim_recover_reclaim_fences_the_stale_worker(db: Conn, dsn: str, agent
 # Isolation specs: deterministic interleavings
 
 
-@pytest.mark.parametrize("spec", ["runs_key_race", "runs_coalesce_race"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "runs_key_race",
+        "runs_coalesce_race",
+        "runs_redeliver_race",
+        "runs_redeliver_race_nolock",
+        "runs_claim_race",
+        "runs_claim_race_nolock",
+    ],
+)
 def test_isolation_spec(spec: str) -> None:
     result = harness.run_isolation_spec(spec)
     if not result.passed:
