@@ -75,7 +75,7 @@ def settle(conn: psycopg.Connection[Any]) -> None:
 def setup(dsn: str) -> None:
     """Every busy agent holds one claimed run; no other run exists."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("TRUNCATE office.runs")
+        conn.execute("TRUNCATE office.runs CASCADE")  # and what refers to runs
         for prefix, count in (("bench-busy-", BUSY_AGENTS), ("bench-free-", FREE_AGENTS)):
             conn.execute(
                 "SELECT office.upsert_agent(%s || n, 'bench') FROM generate_series(0, %s) n",

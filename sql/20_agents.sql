@@ -54,7 +54,7 @@ DECLARE
     v_row office.agent_profiles;
 BEGIN
     IF v_id IS NULL THEN
-        v_id := gen_random_uuid()::text;
+        v_id := office._uuid_v7();
     ELSE
         PERFORM office._check_id('agent', v_id);
     END IF;

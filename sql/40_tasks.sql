@@ -496,7 +496,7 @@ BEGIN
     -- Validate everything before writing anything.
     PERFORM office._check_id('workspace', create_task.workspace_id);
     IF v_id IS NULL THEN
-        v_id := gen_random_uuid()::text;
+        v_id := office._uuid_v7();
     ELSE
         PERFORM office._check_id('task', v_id);
     END IF;

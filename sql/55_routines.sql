@@ -360,7 +360,7 @@ BEGIN
     -- Validate everything before writing anything.
     PERFORM office._check_id('workspace', create_routine.workspace_id);
     IF v_id IS NULL THEN
-        v_id := gen_random_uuid()::text;
+        v_id := office._uuid_v7();
     ELSE
         PERFORM office._check_id('routine', v_id);
     END IF;
@@ -446,7 +446,7 @@ DECLARE
     v_row office.routine_triggers;
 BEGIN
     IF v_id IS NULL THEN
-        v_id := gen_random_uuid()::text;
+        v_id := office._uuid_v7();
     ELSE
         PERFORM office._check_id('routine trigger', v_id);
     END IF;

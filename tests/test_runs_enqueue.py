@@ -550,6 +550,11 @@ BAD_INPUT: list[tuple[str, dict[str, Any], str]] = [
     ("513-character key", {"idempotency_key": "k" * 513}, "22023"),
     ("unknown keyless cause", {"keyless_cause": "lazy"}, "22023"),
     ("cause with a key", {"keyless_cause": "unresolved", "idempotency_key": "K"}, "22023"),
+    # Bounds (API.md Conventions, since 0.4.0).
+    ("201-character reason", {"reason": "r" * 201}, "22023"),
+    ("reason with a control character", {"reason": "task\tassigned"}, "22023"),
+    ("201-character task_id", {"task_id": "t" * 201}, "22023"),
+    ("task_id with a control character", {"task_id": "T\n1"}, "22023"),
 ]
 
 
@@ -754,6 +759,26 @@ def test_enqueue_runs_elements_see_the_ones_before(db: Conn, agent: str) -> None
     ]
     assert rows[1][3] == rows[0][3] and rows[3][3] == rows[2][3]
     assert run(db, rows[2][3])["payload"] == {"n": 2, "agent_profile_id": agent}
+
+
+def test_a_bound_error_names_the_argument_also_in_a_bulk_call(db: Conn, agent: str) -> None:
+    with pytest.raises(psycopg.Error) as info:
+        enqueue(db, agent, "r", task_id="t" * 201)
+    assert info.value.sqlstate == "22023" and "task_id" in str(info.value)
+    with pytest.raises(psycopg.Error) as info:
+        bulk(
+            db,
+            [
+                {"agent_profile_id": agent, "reason": "r"},
+                {"agent_profile_id": agent, "reason": "r" * 201},
+            ],
+        )
+    assert info.value.sqlstate == "22023" and "element 2: reason" in str(info.value)
+    assert run_count(db) == 0
+
+
+def test_reason_and_task_id_of_200_characters_are_accepted(db: Conn, agent: str) -> None:
+    assert enqueue(db, agent, "r" * 200, task_id="t" * 200)[0] == "queued"
 
 
 # ---------------------------------------------------------------------------

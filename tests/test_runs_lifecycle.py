@@ -358,6 +358,38 @@ def test_prune_refuses_a_bad_interval(db: Conn, older_than: str | None) -> None:
 
 
 # ---------------------------------------------------------------------------
+# Bounds (API.md Conventions, since 0.4.0): 22023 naming the argument, nothing written
+
+
+@pytest.mark.parametrize(
+    ("query", "argument"),
+    [
+        ("SELECT office.fail_run(%(id)s, 1, repeat('x', 65537))", "error_message"),
+        ("SELECT office.cancel_run(%(id)s, repeat('x', 65537))", "reason"),
+        ("SELECT office.retry_run(%(id)s, 1, '101 years')", "delay"),
+        ("SELECT office.recover_stale_runs('101 years')", "older_than"),
+        ("SELECT office.prune_runs('-1 second')", "older_than"),
+    ],
+)
+def test_bounds_of_the_lifecycle_functions(
+    db: Conn, agents: list[str], query: str, argument: str
+) -> None:
+    run_id = enqueue(db, agents[0], "r1")
+    claim(db)
+    before = db.execute("SELECT * FROM office.runs").fetchall()
+    with pytest.raises(psycopg.Error) as info:
+        db.execute(query, {"id": run_id})
+    assert info.value.sqlstate == "22023" and argument in str(info.value)
+    assert db.execute("SELECT * FROM office.runs").fetchall() == before
+
+
+def test_free_texts_of_64_kib_are_accepted(db: Conn, agents: list[str]) -> None:
+    run_id = enqueue(db, agents[0], "r1")
+    claim(db)
+    assert call(db, "SELECT office.fail_run(%s, 1, repeat('x', 65536))", [run_id]) is True
+
+
+# ---------------------------------------------------------------------------
 # Roles
 
 

@@ -166,6 +166,41 @@ GRANT EXECUTE ON FUNCTION office._uuid_v7()
     TO office_producer, office_worker, office_reader, office_admin;
 
 -- === agents (20_agents.sql) ====================================================
+-- 0.4.0: a generated agent id is time-ordered (office._uuid_v7).
+CREATE OR REPLACE FUNCTION office.upsert_agent(id text, workspace_id text, name text DEFAULT '',
+                                    status text DEFAULT 'idle')
+    RETURNS office.agent_profiles
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_id text := upsert_agent.id;
+    v_row office.agent_profiles;
+BEGIN
+    IF v_id IS NULL THEN
+        v_id := office._uuid_v7();
+    ELSE
+        PERFORM office._check_id('agent', v_id);
+    END IF;
+    PERFORM office._check_id('workspace', upsert_agent.workspace_id);
+    PERFORM office._check_agent_status(upsert_agent.status);
+
+    INSERT INTO office.agent_profiles AS a (id, workspace_id, name, status)
+    VALUES (v_id, upsert_agent.workspace_id, coalesce(upsert_agent.name, ''), upsert_agent.status)
+    ON CONFLICT (id) DO UPDATE
+        SET workspace_id = excluded.workspace_id,
+            name = excluded.name,
+            status = excluded.status,
+            updated_at = now()
+    RETURNING a.* INTO v_row;
+    RETURN v_row;
+END
+$$;
+COMMENT ON FUNCTION office.upsert_agent(text, text, text, text) IS
+    'Inserts the agent or updates its workspace, name and status; a NULL id generates one. Bad id or status: 22023.';
+REVOKE EXECUTE ON FUNCTION office.upsert_agent(text, text, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.upsert_agent(text, text, text, text) TO office_producer, office_admin;
 -- (end of agents)
 
 -- === runs (25_counters.sql, 30_runs.sql) =======================================
@@ -917,6 +952,65 @@ GRANT EXECUTE ON FUNCTION office.prune_runs(interval) TO office_admin;
 -- (end of runs)
 
 -- === tasks (40_tasks.sql) ======================================================
+-- 0.4.0: a generated task id is time-ordered (office._uuid_v7).
+CREATE OR REPLACE FUNCTION office.create_task(workspace_id text, id text DEFAULT NULL, title text DEFAULT '',
+                                   parent_id text DEFAULT NULL, workflow_step_id text DEFAULT NULL,
+                                   assignee_agent_profile_id text DEFAULT NULL, state text DEFAULT 'TODO',
+                                   is_office boolean DEFAULT true, is_ephemeral boolean DEFAULT false)
+    RETURNS office.task_result
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_id       text := create_task.id;
+    v_parent   text := nullif(create_task.parent_id, '');
+    v_assignee text := nullif(create_task.assignee_agent_profile_id, '');
+    v_office   boolean := coalesce(create_task.is_office, true);
+    v_gen      bigint;
+    v_run      office.enqueue_result;
+    v_result   office.task_result;
+BEGIN
+    -- Validate everything before writing anything.
+    PERFORM office._check_id('workspace', create_task.workspace_id);
+    IF v_id IS NULL THEN
+        v_id := office._uuid_v7();
+    ELSE
+        PERFORM office._check_id('task', v_id);
+    END IF;
+    PERFORM office._check_task_state(create_task.state);
+    IF v_parent IS NOT NULL AND NOT EXISTS (SELECT FROM office.tasks t WHERE t.id = v_parent) THEN
+        RAISE EXCEPTION USING ERRCODE = 'OFT01',
+            MESSAGE = format('parent task %s not found', quote_literal(v_parent));
+    END IF;
+    IF v_assignee IS NOT NULL
+       AND NOT EXISTS (SELECT FROM office.agent_profiles a WHERE a.id = v_assignee) THEN
+        RAISE EXCEPTION USING ERRCODE = 'OFA01',
+            MESSAGE = format('agent %s not found', quote_literal(v_assignee));
+    END IF;
+
+    -- The generation comes from the insert trigger (1 with assignee and step).
+    INSERT INTO office.tasks AS t (id, workspace_id, parent_id, workflow_step_id, title, state,
+                                   assignee_agent_profile_id, is_office, is_ephemeral)
+    VALUES (v_id, create_task.workspace_id, v_parent, create_task.workflow_step_id,
+            coalesce(create_task.title, ''), create_task.state, v_assignee, v_office,
+            coalesce(create_task.is_ephemeral, false))
+    RETURNING t.assignment_generation INTO v_gen;
+
+    IF v_assignee IS NOT NULL AND v_office THEN
+        v_run := office._wake(v_assignee, 'task_assigned',
+                              jsonb_build_object('assignment_generation', v_gen),
+                              office.assignment_key(v_id, v_assignee, v_gen), v_id);
+    END IF;
+    v_result := (v_id, v_gen, v_run.outcome, v_run.dedup_kind, v_run.run_id);
+    RETURN v_result;
+END
+$$;
+COMMENT ON FUNCTION office.create_task(text, text, text, text, text, text, text, boolean, boolean) IS
+    'Creates a task (NULL id: generated). Generation 1 when assignee and step are both set, else 0; an Office task with an assignee gets a task_assigned run keyed assignment_key(task, assignee, generation) (skipped when the agent does not accept runs). Bad id/workspace/state 22023, unknown parent OFT01, unknown assignee OFA01. A task created terminal runs no terminal effects.';
+REVOKE EXECUTE ON FUNCTION office.create_task(text, text, text, text, text, text, text, boolean, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.create_task(text, text, text, text, text, text, text, boolean, boolean)
+    TO office_producer, office_admin;
 -- (end of tasks)
 
 -- === events (45_events.sql) ====================================================
@@ -1028,8 +1122,150 @@ GRANT EXECUTE ON FUNCTION office.dispatch_wakeup(text) TO office_producer, offic
 -- (end of wakeups)
 
 -- === routines (55_routines.sql) ================================================
--- 0.4.0: time-ordered routine run ids (existing rows keep theirs).
+-- 0.4.0: time-ordered routine run ids (existing rows keep theirs); generated
+-- routine and trigger ids are time-ordered too.
 ALTER TABLE office.routine_runs ALTER COLUMN id SET DEFAULT office._uuid_v7();
+CREATE OR REPLACE FUNCTION office.create_routine(workspace_id text, name text, task_template jsonb DEFAULT '{}',
+                                      assignee_agent_profile_id text DEFAULT NULL,
+                                      concurrency_policy text DEFAULT 'skip_if_active',
+                                      variables jsonb DEFAULT '{}', id text DEFAULT NULL,
+                                      catch_up_policy text DEFAULT 'enqueue_missed_with_cap',
+                                      catch_up_max int DEFAULT 25)
+    RETURNS office.routines
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_id       text := create_routine.id;
+    v_template jsonb := coalesce(create_routine.task_template, '{}'::jsonb);
+    v_vars     jsonb := coalesce(create_routine.variables, '{}'::jsonb);
+    v_assignee text := nullif(create_routine.assignee_agent_profile_id, '');
+    v_bad      text;
+    v_row      office.routines;
+BEGIN
+    -- Validate everything before writing anything.
+    PERFORM office._check_id('workspace', create_routine.workspace_id);
+    IF v_id IS NULL THEN
+        v_id := office._uuid_v7();
+    ELSE
+        PERFORM office._check_id('routine', v_id);
+    END IF;
+    IF create_routine.name IS NULL OR create_routine.name = '' THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('name of routine %s must not be empty', quote_literal(v_id));
+    END IF;
+    PERFORM office._check_word('concurrency_policy', create_routine.concurrency_policy,
+                               ARRAY['skip_if_active', 'coalesce_if_active', 'always_create']);
+    PERFORM office._check_word('catch_up_policy', create_routine.catch_up_policy,
+                               ARRAY['skip_missed', 'enqueue_missed_with_cap']);
+    IF create_routine.catch_up_max IS NULL OR create_routine.catch_up_max < 1 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('catch_up_max must be at least 1, not %s',
+                             coalesce(create_routine.catch_up_max::text, 'NULL'));
+    END IF;
+    IF jsonb_typeof(v_template) <> 'object' THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('task_template must be a JSON object, not %s', jsonb_typeof(v_template));
+    END IF;
+    SELECT k INTO v_bad FROM unnest(ARRAY['title', 'description']) AS k
+     WHERE jsonb_typeof(v_template -> k) NOT IN ('string', 'null')
+     ORDER BY k LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('task_template %s must be a JSON string, not %s', v_bad,
+                             jsonb_typeof(v_template -> v_bad));
+    END IF;
+    IF jsonb_typeof(v_vars) <> 'object' THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('variables must be a JSON object {name: {"default": value}}, not %s',
+                             jsonb_typeof(v_vars));
+    END IF;
+    SELECT v.key INTO v_bad FROM jsonb_each(v_vars) AS v
+     WHERE v.key !~ '^[A-Za-z_][A-Za-z0-9_]*$' OR jsonb_typeof(v.value) <> 'object'
+     ORDER BY v.key LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('variable %s must be an identifier declared as {"default": value} (got %s)',
+                             quote_literal(v_bad), v_vars -> v_bad);
+    END IF;
+    -- A placeholder naming an undeclared variable could never be filled.
+    SELECT m.match[1] INTO v_bad
+      FROM unnest(ARRAY[coalesce(v_template ->> 'title', ''), coalesce(v_template ->> 'description', '')]) AS t(text),
+           regexp_matches(t.text, office._template_placeholder(), 'g') AS m(match)
+     WHERE NOT v_vars ? m.match[1]
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('task_template of routine %s uses {{%s}}, which is not a declared variable',
+                             quote_literal(v_id), v_bad);
+    END IF;
+    IF v_assignee IS NOT NULL
+       AND NOT EXISTS (SELECT FROM office.agent_profiles a WHERE a.id = v_assignee) THEN
+        RAISE EXCEPTION USING ERRCODE = 'OFA01', MESSAGE = format('agent %s not found', quote_literal(v_assignee));
+    END IF;
+
+    INSERT INTO office.routines AS r (id, workspace_id, name, task_template, assignee_agent_profile_id,
+                                      concurrency_policy, catch_up_policy, catch_up_max, variables)
+    VALUES (v_id, create_routine.workspace_id, create_routine.name, v_template, v_assignee,
+            create_routine.concurrency_policy, create_routine.catch_up_policy, create_routine.catch_up_max,
+            v_vars)
+    RETURNING r.* INTO v_row;
+    RETURN v_row;
+END
+$$;
+COMMENT ON FUNCTION office.create_routine(text, text, jsonb, text, text, jsonb, text, text, int) IS
+    'Creates an active routine (NULL id: generated). A template {"title", "description"} with a non-empty title makes it heavy (fires create tasks), else lightweight (fires wake the assignee); variables declares {name: {"default": value}}. Unknown policy, bad id/template/variables 22023; unknown assignee OFA01.';
+REVOKE EXECUTE ON FUNCTION office.create_routine(text, text, jsonb, text, text, jsonb, text, text, int) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.create_routine(text, text, jsonb, text, text, jsonb, text, text, int)
+    TO office_producer, office_admin;
+
+CREATE OR REPLACE FUNCTION office.add_routine_trigger(routine_id text, cron_expression text, timezone text DEFAULT 'UTC',
+                                           next_run_at timestamptz DEFAULT NULL, id text DEFAULT NULL)
+    RETURNS office.routine_triggers
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_id  text := add_routine_trigger.id;
+    v_tz  text := coalesce(add_routine_trigger.timezone, 'UTC');
+    v_row office.routine_triggers;
+BEGIN
+    IF v_id IS NULL THEN
+        v_id := office._uuid_v7();
+    ELSE
+        PERFORM office._check_id('routine trigger', v_id);
+    END IF;
+    PERFORM office._check_cron_expression(add_routine_trigger.cron_expression);
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_timezone_names z WHERE z.name = v_tz) THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('unknown time zone %s (expected a name of pg_timezone_names, e.g. ''UTC'' or ''Europe/Paris'')',
+                             quote_literal(v_tz));
+    END IF;
+    IF add_routine_trigger.next_run_at IS NOT NULL AND NOT isfinite(add_routine_trigger.next_run_at) THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('next_run_at must be finite, not %s', add_routine_trigger.next_run_at);
+    END IF;
+    -- Key share on the routine: it cannot vanish before the insert.
+    PERFORM FROM office.routines r WHERE r.id = add_routine_trigger.routine_id FOR KEY SHARE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'OFR01',
+            MESSAGE = format('routine %s not found', coalesce(quote_literal(add_routine_trigger.routine_id), 'NULL'));
+    END IF;
+
+    INSERT INTO office.routine_triggers AS t (id, routine_id, kind, cron_expression, timezone, next_run_at)
+    VALUES (v_id, add_routine_trigger.routine_id, 'cron', btrim(add_routine_trigger.cron_expression), v_tz,
+            add_routine_trigger.next_run_at)
+    RETURNING t.* INTO v_row;
+    RETURN v_row;
+END
+$$;
+COMMENT ON FUNCTION office.add_routine_trigger(text, text, text, timestamptz, text) IS
+    'Adds an enabled cron trigger to a routine (NULL id: generated). next_run_at is the first tick to claim; NULL leaves the trigger to be armed by the cron loop (controlplane.routines.fire_due). Invalid cron expression or time zone 22023 naming it; unknown routine OFR01.';
+REVOKE EXECUTE ON FUNCTION office.add_routine_trigger(text, text, text, timestamptz, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.add_routine_trigger(text, text, text, timestamptz, text)
+    TO office_producer, office_admin;
 -- (end of routines)
 
 -- === parent wakes (60_parent_wake.sql) =========================================
