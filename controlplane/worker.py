@@ -38,7 +38,8 @@ Metrics (prometheus_client, the daemon's conventions):
 returned), ``office_worker_handler_seconds``,
 ``office_worker_heartbeats_total{result}`` (sent, lost),
 ``office_worker_claim_seconds``, ``office_worker_in_flight``. Logs go to the
-``controlplane.worker`` logger.
+``controlplane.worker`` logger; the loss and return of the database to
+``controlplane.daemon``, in the daemon's words.
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ __all__ = [
     "WorkerMetrics",
     "default_worker_id",
     "failure_text",
+    "is_async_handler",
     "load_handler",
     "worker_metrics_for",
 ]
