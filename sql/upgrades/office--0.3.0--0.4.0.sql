@@ -333,24 +333,39 @@ GRANT EXECUTE ON FUNCTION office._run_lock(bigint, text, text, text) TO office_a
 -- Internal: the advisory locks an enqueue request takes, NULL where it takes
 -- none: its key's (a keyed request), then its bucket's (a coalescible one:
 -- not entry-triggered, key not starting with task_comment:). Arguments as
--- enqueue_run normalises them ('' keys and tasks are NULL).
-CREATE FUNCTION office._run_lock_ids(agent_profile_id text, reason text, idempotency_key text,
-                                     task_id text, entry_triggered boolean,
-                                     OUT key_lock bigint, OUT bucket_lock bigint)
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+-- enqueue_run normalises them ('' keys and tasks are NULL). PL/pgSQL, not
+-- SQL: a SQL function with a SET clause is planned again at every call,
+-- which the enqueue hot path would pay each time.
+CREATE FUNCTION office._run_key_lock(idempotency_key text) RETURNS bigint
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT CASE WHEN idempotency_key IS NOT NULL
-                THEN hashtextextended('office.runs.key:' || idempotency_key, 0) END,
-           CASE WHEN NOT coalesce(entry_triggered, false)
+BEGIN
+    RETURN CASE WHEN idempotency_key IS NOT NULL
+                THEN hashtextextended('office.runs.key:' || idempotency_key, 0) END;
+END
+$$;
+COMMENT ON FUNCTION office._run_key_lock(text) IS
+    'Internal: the advisory lock id of an idempotency key (NULL for none), taken by every keyed enqueue before it looks the key up.';
+REVOKE EXECUTE ON FUNCTION office._run_key_lock(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._run_key_lock(text) TO office_admin;
+
+CREATE FUNCTION office._run_bucket_lock(agent_profile_id text, reason text, idempotency_key text,
+                                        task_id text, entry_triggered boolean) RETURNS bigint
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN CASE WHEN NOT coalesce(entry_triggered, false)
                      AND (idempotency_key IS NULL OR NOT starts_with(idempotency_key, 'task_comment:'))
                 THEN hashtextextended('office.runs.bucket:' || agent_profile_id || ':' || reason || ':'
-                                      || coalesce(task_id, ''), 0) END
+                                      || coalesce(task_id, ''), 0) END;
+END
 $$;
-COMMENT ON FUNCTION office._run_lock_ids(text, text, text, text, boolean) IS
-    'Internal: the advisory lock ids of an enqueue request: its key''s (keyed) and its bucket''s (coalescible), NULL where none.';
-REVOKE EXECUTE ON FUNCTION office._run_lock_ids(text, text, text, text, boolean) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION office._run_lock_ids(text, text, text, text, boolean) TO office_admin;
+COMMENT ON FUNCTION office._run_bucket_lock(text, text, text, text, boolean) IS
+    'Internal: the advisory lock id of an enqueue request''s bucket (agent, reason, task), NULL when the request never coalesces (entry-triggered, task_comment: key).';
+REVOKE EXECUTE ON FUNCTION office._run_bucket_lock(text, text, text, text, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._run_bucket_lock(text, text, text, text, boolean) TO office_admin;
 
 -- Internal: the wake-up signal for a run just queued for an agent (API.md §3,
 -- office.notify). NOTIFY takes a cluster-wide lock at commit and holds it
@@ -413,7 +428,8 @@ DECLARE
     v_cause   text := nullif(enqueue_run.keyless_cause, '');
     v_status  text;
     v_window  interval;
-    v_locks   record;
+    v_key_lock    bigint;
+    v_bucket_lock bigint;
     v_id      text;
     v_at      timestamptz;
     v_result  office.enqueue_result;
@@ -470,13 +486,14 @@ BEGIN
     IF v_task IS NOT NULL THEN
         v_payload := v_payload || jsonb_build_object('task_id', v_task);
     END IF;
-    SELECT * INTO v_locks FROM office._run_lock_ids(v_agent, v_reason, v_key, v_task, v_entry);
+    v_key_lock := office._run_key_lock(v_key);
+    v_bucket_lock := office._run_bucket_lock(v_agent, v_reason, v_key, v_task, v_entry);
 
     -- 2. A served key (own or recorded, any status, any age) is a dedup,
     -- before any coalescing. The key lock makes lookup-then-act atomic per
     -- key: a request that waited reads what the holder committed.
     IF v_key IS NOT NULL THEN
-        PERFORM office._run_lock(v_locks.key_lock, v_agent, v_reason, v_key);
+        PERFORM office._run_lock(v_key_lock, v_agent, v_reason, v_key);
         SELECT r.id, r.requested_at INTO v_id, v_at FROM office.runs r WHERE r.idempotency_key = v_key;
         IF v_id IS NULL THEN
             SELECT k.run_id, k.recorded_at INTO v_id, v_at
@@ -491,10 +508,10 @@ BEGIN
     END IF;
 
     -- 3. Coalesce, unless the request is entry-triggered or comment-keyed.
-    IF v_locks.bucket_lock IS NOT NULL THEN
+    IF v_bucket_lock IS NOT NULL THEN
         -- One coalescible enqueue per bucket at a time: the lookup below and
         -- the insert of step 4 are a check-then-act.
-        PERFORM office._run_lock(v_locks.bucket_lock, v_agent, v_reason, NULL);
+        PERFORM office._run_lock(v_bucket_lock, v_agent, v_reason, NULL);
         v_window := office._window('office.coalesce_window', interval '5 seconds');
         -- A target being claimed right now is skipped (SKIP LOCKED): a
         -- claimed run is never a target, and claimers never wait for us.
@@ -599,15 +616,15 @@ BEGIN
     -- one fails in the loop below and its locks go with the transaction.
     FOR v_lock IN
         SELECT DISTINCT ON (k.cls, k.id) k.id, k.agent, k.reason, k.key
-          FROM (SELECT e.value ->> 'agent_profile_id' AS agent, e.value ->> 'reason' AS reason,
-                       nullif(e.value ->> 'idempotency_key', '') AS key, l.key_lock, l.bucket_lock
-                  FROM jsonb_array_elements(requests) AS e(value)
-                 CROSS JOIN LATERAL office._run_lock_ids(
-                           e.value ->> 'agent_profile_id', e.value ->> 'reason',
-                           nullif(e.value ->> 'idempotency_key', ''), nullif(e.value ->> 'task_id', ''),
-                           CASE WHEN jsonb_typeof(e.value -> 'entry_triggered') = 'boolean'
-                                THEN (e.value ->> 'entry_triggered')::boolean END) AS l
-                 WHERE jsonb_typeof(e.value) = 'object') AS r
+          FROM (SELECT x.agent, x.reason, x.key, office._run_key_lock(x.key) AS key_lock,
+                       office._run_bucket_lock(x.agent, x.reason, x.key, x.task, x.entry) AS bucket_lock
+                  FROM (SELECT e.value ->> 'agent_profile_id' AS agent, e.value ->> 'reason' AS reason,
+                               nullif(e.value ->> 'idempotency_key', '') AS key,
+                               nullif(e.value ->> 'task_id', '') AS task,
+                               CASE WHEN jsonb_typeof(e.value -> 'entry_triggered') = 'boolean'
+                                    THEN (e.value ->> 'entry_triggered')::boolean END AS entry
+                          FROM jsonb_array_elements(requests) AS e(value)
+                         WHERE jsonb_typeof(e.value) = 'object') AS x) AS r
          CROSS JOIN LATERAL (VALUES (0, r.key_lock, r.agent, r.reason, r.key),
                                     (1, r.bucket_lock, r.agent, r.reason, NULL)) AS k(cls, id, agent, reason, key)
          WHERE k.id IS NOT NULL
@@ -721,22 +738,27 @@ BEGIN
                          WHERE q.status = 'queued' AND q.agent_profile_id > agents.agent
                          ORDER BY q.agent_profile_id LIMIT 1)
                   FROM agents WHERE agents.agent IS NOT NULL
+            ),
+            -- Materialized, so that busy and paused agents are dropped before
+            -- any of their runs is read.
+            free(agent) AS MATERIALIZED (
+                SELECT agents.agent FROM agents
+                 WHERE agents.agent IS NOT NULL AND agents.agent <> ALL (v_skip_agents)
+                   AND NOT EXISTS (SELECT FROM office.runs x
+                                    WHERE x.agent_profile_id = agents.agent AND x.status = 'claimed')
+                   AND EXISTS (SELECT FROM office.agent_profiles p
+                                WHERE p.id = agents.agent
+                                  AND p.status NOT IN ('paused', 'stopped', 'pending_approval'))
             )
             SELECT c.id, c.agent_profile_id INTO v_cand_id, v_cand_agent
-              FROM agents
+              FROM free
              CROSS JOIN LATERAL (SELECT q.id, q.agent_profile_id, q.requested_at
                                    FROM office.runs q
-                                  WHERE q.status = 'queued' AND q.agent_profile_id = agents.agent
+                                  WHERE q.status = 'queued' AND q.agent_profile_id = free.agent
                                     AND (q.scheduled_retry_at IS NULL OR q.scheduled_retry_at <= now())
                                     AND q.id <> ALL (v_skip_runs)
                                   ORDER BY q.requested_at, q.id COLLATE "C"
                                   LIMIT 1) c
-             WHERE agents.agent IS NOT NULL AND agents.agent <> ALL (v_skip_agents)
-               AND NOT EXISTS (SELECT FROM office.runs x
-                                WHERE x.agent_profile_id = agents.agent AND x.status = 'claimed')
-               AND EXISTS (SELECT FROM office.agent_profiles p
-                            WHERE p.id = agents.agent
-                              AND p.status NOT IN ('paused', 'stopped', 'pending_approval'))
              ORDER BY c.requested_at, c.id COLLATE "C"
              LIMIT 1;
         ELSE
