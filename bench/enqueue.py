@@ -175,10 +175,17 @@ def main() -> None:
         help="seconds of each case, unmeasured, before the measured runs",
     )
     parser.add_argument("--write", type=Path, help="update this markdown file's enqueue section")
+    parser.add_argument(
+        "--case",
+        action="append",
+        choices=sorted({c.name for c in CASES}),
+        help="measure only this case and its floor (repeatable; e.g. to compare two schemas)",
+    )
     args = parser.parse_args()
 
-    floors = ["floor, fresh keys", "floor, 90% repeated keys"]
-    cases = list(dict.fromkeys(floors + [c.name for c in CASES]))
+    chosen = [c for c in CASES if args.case is None or c.name in args.case]
+    floors = list(dict.fromkeys(c.floor for c in chosen))
+    cases = list(dict.fromkeys(floors + [c.name for c in chosen]))
     # A fresh cluster creates (and fsyncs) its WAL segments as they fill up;
     # without a warm-up, whichever case writes WAL first pays for that.
     for case in cases:
@@ -191,7 +198,7 @@ def main() -> None:
                 result = measure(args.dsn, driver, connections, case, args.seconds)
                 rates[(driver, connections, case)] = result.rate
                 print(f"{driver:8} {connections} conn  {case:34} {result.rate:9.0f}/s", flush=True)
-            for c in CASES:
+            for c in chosen:
                 floor = rates[(driver, connections, c.floor)]
                 rate = rates[(driver, connections, c.name)]
                 ratio = rate / floor if floor else 0.0

@@ -2,7 +2,7 @@
 # `make bench`: a durable PostgreSQL 15 cluster (fsync and synchronous_commit
 # on, data on the disk under /var/tmp, not /dev/shm), the extension installed
 # with PGXS, then each benchmark; results go to docs/benchmarks.md.
-# Usage: bash bench/run.sh [enqueue|sweep ...] (default: both)
+# Usage: bash bench/run.sh [enqueue|sweep|claim ...] (default: all three)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=$PWD/.venv/bin
@@ -29,7 +29,7 @@ psql -X -q -h 127.0.0.1 -p "$PORT" -U postgres -c "CREATE EXTENSION office" offi
 DSN="postgresql://postgres@127.0.0.1:$PORT/office_bench"
 
 benches=("$@")
-[ ${#benches[@]} -gt 0 ] || benches=(enqueue sweep)
+[ ${#benches[@]} -gt 0 ] || benches=(enqueue sweep claim)
 for bench in "${benches[@]}"; do
     "$BIN/python" -m "bench.$bench" --dsn "$DSN" --seconds "$SECONDS_PER_CASE" --write docs/benchmarks.md
 done

@@ -57,6 +57,7 @@ from controlplane.models import (
     ExecuteResult,
     KeylessCause,
     Run,
+    RunKey,
 )
 from controlplane.observability import Reporter
 from controlplane.parent_wake import CHILDREN_COMPLETED, ReconcileResult, StuckParent
@@ -256,6 +257,24 @@ class AsyncOffice:
     ) -> Run | None:
         """The claimed run (``attempt`` is the fencing token), or None."""
         return await self._run(self._ops.claim_run(worker_id, agent_profile_id))
+
+    async def heartbeat_run(self, run_id: str, attempt: int) -> bool:
+        """``office.heartbeat_run``: renew the lease on a claimed run. False:
+        the run is no longer this claim's - stop working on it."""
+        return await self._run(self._ops.heartbeat_run(run_id, attempt))
+
+    async def get_run(self, run_id: str) -> Run | None:
+        """``office.get_run``: the run, or None."""
+        return await self._run(self._ops.get_run(run_id))
+
+    async def run_keys(self, run_id: str) -> list[RunKey]:
+        """``office.run_keys``: the keys the run serves, oldest first."""
+        return await self._run(self._ops.run_keys(run_id))
+
+    async def has_leases(self) -> bool:
+        """Whether the schema has leases (``office.runs.heartbeat_at``, 0.4.0);
+        probed once per client."""
+        return await self._run(self._ops.probe("heartbeat_at"))
 
     async def finish_run(self, run_id: str, attempt: int) -> bool:
         params = {"run_id": run_id, "attempt": attempt}

@@ -106,9 +106,10 @@ def _check_office(url: str) -> None:
 @click.option(
     "--stale-after",
     type=DURATION,
-    default="15m",
-    show_default=True,
-    help="Return claims older than this to the queue (recover_stale_runs).",
+    help="Return claimed runs without a heartbeat for this long to the queue"
+    " (recover_stale_runs). Default 2m, for workers that call heartbeat_run;"
+    " if they do not, set it longer than the longest run. (Default 15m against a"
+    " schema before 0.4.0, where claims cannot be renewed.)",
 )
 @click.option("--prune-interval", type=DURATION, default="1h", show_default=True)
 @click.option(
@@ -153,7 +154,7 @@ def run(
     sweep_interval: float,
     sweep_batch: int,
     recover_interval: float,
-    stale_after: float,
+    stale_after: float | None,
     prune_interval: float,
     retention: float,
     stats_interval: float,

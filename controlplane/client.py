@@ -28,6 +28,11 @@ still at schema 0.1.0), one ERROR is logged per *process* (logger
 ``controlplane.compat``, naming ``runs`` and ``entry_triggered``; see
 :func:`controlplane.observability.report_missing_column`) and enqueues omit
 the ``entry_triggered`` argument, so they succeed with the exclusion inactive.
+Likewise ``heartbeat_run``, ``get_run`` and ``run_keys`` probe once for
+``office.runs.heartbeat_at`` (schema 0.4.0, which brings the three functions);
+before 0.4.0 they log one ERROR naming ``runs`` and ``heartbeat_at`` and fall
+back to reading ``office.runs`` (a heartbeat then only tells whether the claim
+still holds: nothing can renew it).
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import psycopg
 from prometheus_client import CollectorRegistry
@@ -59,6 +64,7 @@ from controlplane.models import (
     ExecuteResult,
     KeylessCause,
     Run,
+    RunKey,
 )
 from controlplane.observability import Reporter, report_missing_column
 from controlplane.parent_wake import CHILDREN_COMPLETED, ReconcileResult, StuckParent
@@ -129,11 +135,14 @@ class Query:
 
 # The SQL a client builds itself runs on the caller's search_path, which may
 # put a schema someone else controls first: it names pg_catalog for every
-# function and operator (ARCHITECTURE.md, principle 8).
-PROBE_RUNS_ENTRY_TRIGGERED = Query(
+# function and operator (ARCHITECTURE.md, principle 8). pg_attribute, not
+# information_schema.columns: the latter hides the columns of a table the
+# role has no privilege on, and no office role may read office.runs directly.
+PROBE_RUNS_COLUMN = Query(
     "SELECT 1 FROM pg_catalog.pg_attribute"
     " WHERE attrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass('office.runs')"
-    " AND attname OPERATOR(pg_catalog.=) 'entry_triggered' AND NOT attisdropped"
+    " AND attname OPERATOR(pg_catalog.=) %(column)s"
+    " AND attnum OPERATOR(pg_catalog.>) 0 AND NOT attisdropped"
 )
 
 ENQUEUE_RUN = Query(
@@ -183,6 +192,30 @@ CANCEL_RUN = Query(
 
 RECOVER_STALE_RUNS = Query(
     "SELECT office.recover_stale_runs(older_than => %(older_than)s) AS count"
+)
+
+HEARTBEAT_RUN = Query(
+    "SELECT office.heartbeat_run(run_id => %(run_id)s, attempt => %(attempt)s) AS changed"
+)
+
+GET_RUN = Query("SELECT * FROM office.get_run(run_id => %(run_id)s)")
+
+RUN_KEYS = Query(
+    "SELECT idempotency_key, recorded_at, how FROM office.run_keys(run_id => %(run_id)s)"
+)
+
+# The same three for a schema without leases (before 0.4.0): no heartbeat to
+# renew, so "still yours?" is all a worker can be told; the run's row is read
+# directly (which only the table's owner may do); its own key is the only key
+# it serves there.
+HEARTBEAT_RUN_WITHOUT_LEASES = Query(
+    "SELECT EXISTS (SELECT FROM office.runs WHERE id = %(run_id)s"
+    " AND status = 'claimed' AND attempt = %(attempt)s) AS changed"
+)
+GET_RUN_WITHOUT_LEASES = Query("SELECT * FROM office.runs WHERE id = %(run_id)s")
+RUN_KEYS_WITHOUT_LEASES = Query(
+    "SELECT idempotency_key, requested_at AS recorded_at, 'own' AS how FROM office.runs"
+    " WHERE id = %(run_id)s AND idempotency_key IS NOT NULL"
 )
 
 PRUNE_RUNS = Query("SELECT office.prune_runs(older_than => %(older_than)s) AS count")
@@ -481,30 +514,40 @@ class Operations:
     """The I/O-free half of a client: its schema-probe state, its reporter,
     and one flow per operation."""
 
-    ENTRY_TRIGGERED_ABSENT = (
-        "runs enqueued with entry_triggered may be coalesced (the exclusion is inactive)"
-    )
+    #: What a client loses on a schema without a column of ``office.runs``
+    #: (logged once per process, at ERROR, by the probe that finds it absent).
+    MISSING_COLUMN_CONSEQUENCES: ClassVar[Mapping[str, str]] = {
+        "entry_triggered": (
+            "runs enqueued with entry_triggered may be coalesced (the exclusion is inactive)"
+        ),
+        "heartbeat_at": (
+            "heartbeat_run cannot renew a claim, so recover_stale_runs recovers a run by its"
+            " claim time (its threshold must exceed the longest run); get_run reads office.runs"
+            " directly and run_keys lists only a run's own key"
+        ),
+    }
 
     def __init__(self, reporter: Reporter) -> None:
         self.reporter = reporter
-        self.has_entry_triggered: bool | None = None  # None: not probed yet
+        self.columns: dict[str, bool] = {}  # office.runs column -> present, once probed
 
     # schema probe ---------------------------------------------------------
 
-    def probe(self) -> Flow[bool]:
-        """Whether ``office.runs.entry_triggered`` exists; asked once per
-        client, a probe error counts as absent."""
-        if self.has_entry_triggered is None:
+    def probe(self, column: str = "entry_triggered") -> Flow[bool]:
+        """Whether ``office.runs.<column>`` exists; asked once per client
+        and column, a probe error counts as absent."""
+        present = self.columns.get(column)
+        if present is None:
             try:
-                reply = yield Call(PROBE_RUNS_ENTRY_TRIGGERED)
+                reply = yield Call(PROBE_RUNS_COLUMN, {"column": column})
                 present = bool(reply.rows)
             except Exception as exc:
-                log.warning("column probe office.runs.entry_triggered failed: %s", exc)
+                log.warning("column probe office.runs.%s failed: %s", column, exc)
                 present = False
             if not present:
-                report_missing_column("runs", "entry_triggered", self.ENTRY_TRIGGERED_ABSENT)
-            self.has_entry_triggered = present
-        return self.has_entry_triggered
+                report_missing_column("runs", column, self.MISSING_COLUMN_CONSEQUENCES[column])
+            self.columns[column] = present
+        return present
 
     # dedup-index recovery -------------------------------------------------
 
@@ -533,7 +576,7 @@ class Operations:
     # the queue ------------------------------------------------------------
 
     def enqueue_run(self, request: EnqueueRequest) -> Flow[EnqueueResult]:
-        with_entry = yield from self.probe()
+        with_entry = yield from self.probe("entry_triggered")
         query = ENQUEUE_RUN if with_entry else ENQUEUE_RUN_WITHOUT_ENTRY_TRIGGERED
         try:
             reply = yield Call(query, enqueue_params(request, with_entry))
@@ -547,7 +590,7 @@ class Operations:
     def enqueue_runs(self, requests: list[EnqueueRequest]) -> Flow[list[BulkEnqueueItem]]:
         if not requests:
             return []
-        with_entry = yield from self.probe()
+        with_entry = yield from self.probe("entry_triggered")
         elements = [bulk_element(request, with_entry) for request in requests]
         try:
             reply = yield Call(ENQUEUE_RUNS, {"requests": json.dumps(elements)})
@@ -593,6 +636,23 @@ class Operations:
             CLAIM_RUN, {"worker_id": worker_id, "agent_profile_id": agent_profile_id}
         )
         return Run.model_validate(reply.rows[0]) if reply.rows else None
+
+    # Leases and run lookups (0.4.0), with their fallbacks on an older schema.
+
+    def heartbeat_run(self, run_id: str, attempt: int) -> Flow[bool]:
+        leases = yield from self.probe("heartbeat_at")
+        query = HEARTBEAT_RUN if leases else HEARTBEAT_RUN_WITHOUT_LEASES
+        return (yield from self.changed(query, {"run_id": run_id, "attempt": attempt}))
+
+    def get_run(self, run_id: str) -> Flow[Run | None]:
+        leases = yield from self.probe("heartbeat_at")
+        reply = yield Call(GET_RUN if leases else GET_RUN_WITHOUT_LEASES, {"run_id": run_id})
+        return Run.model_validate(reply.rows[0]) if reply.rows else None
+
+    def run_keys(self, run_id: str) -> Flow[list[RunKey]]:
+        leases = yield from self.probe("heartbeat_at")
+        reply = yield Call(RUN_KEYS if leases else RUN_KEYS_WITHOUT_LEASES, {"run_id": run_id})
+        return [RunKey.model_validate(row) for row in reply.rows]
 
     def changed(self, query: Query, params: Mapping[str, Any]) -> Flow[bool]:
         reply = yield Call(query, params)
@@ -957,6 +1017,28 @@ class Office:
     ) -> Run | None:
         """The claimed run (``attempt`` is the fencing token), or None."""
         return self._run(self._ops.claim_run(worker_id, agent_profile_id))
+
+    def heartbeat_run(self, run_id: str, attempt: int) -> bool:
+        """``office.heartbeat_run``: renew the lease on a claimed run (the
+        recovery threshold counts from the last heartbeat). False: the run is
+        no longer this claim's (recovered, cancelled, re-claimed) - stop
+        working on it."""
+        return self._run(self._ops.heartbeat_run(run_id, attempt))
+
+    def get_run(self, run_id: str) -> Run | None:
+        """``office.get_run``: the run, or None."""
+        return self._run(self._ops.get_run(run_id))
+
+    def run_keys(self, run_id: str) -> list[RunKey]:
+        """``office.run_keys``: the keys the run serves, oldest first - its
+        own and those it absorbed by coalescing."""
+        return self._run(self._ops.run_keys(run_id))
+
+    def has_leases(self) -> bool:
+        """Whether the schema has leases (``office.runs.heartbeat_at`` and
+        ``heartbeat_run``, since 0.4.0): probed once per client; absent is
+        logged once per process (ERROR)."""
+        return self._run(self._ops.probe("heartbeat_at"))
 
     def finish_run(self, run_id: str, attempt: int) -> bool:
         return self._run(self._ops.changed(FINISH_RUN, {"run_id": run_id, "attempt": attempt}))

@@ -26,10 +26,13 @@ recovery) and for ``seconds`` these race, each thread on its own connection:
   then completes the routines' tasks;
 * ``heartbeat`` - keyless wakes of an agent whose worker is offline (they
   coalesce);
-* ``worker-1..3`` - a worker fleet claiming and finishing runs; before it
-  starts, one more worker claims a run and dies: the daemon's
-  recover_stale_runs returns the claim to the queue, the fleet finishes it,
-  and the dead worker's late finish_run is refused.
+* ``worker-<agent>`` - the worker fleet: a :class:`controlplane.worker.Worker`
+  per agent served, whose handler works a few milliseconds and finishes most
+  runs, retries some (``Retry``) and fails some (an exception); before the
+  race, one more ``Worker`` claims a run and freezes (its handler hangs, it
+  sends no heartbeat): the daemon's recover_stale_runs returns the claim to
+  the queue, the fleet settles it, and when the frozen worker comes back its
+  late finish is refused (fenced by the attempt).
 
 At the end: the outbox drained, a final sweep, then the report - occurrences,
 runs created, deduped (windowed / durable), coalesced, skipped by policy,
@@ -56,6 +59,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
+from prometheus_client import CollectorRegistry
 from psycopg_pool import ConnectionPool
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
@@ -67,6 +71,7 @@ from controlplane.daemon import Daemon, DaemonConfig
 from controlplane.daemon.cron import CronLoop
 from controlplane.daemon.loop import DatabaseHealth, fetch
 from controlplane.daemon.metrics import daemon_metrics_for
+from controlplane.models import Run
 from controlplane.routines import (
     DispatchRoutineResult,
     RoutineTrigger,
@@ -75,6 +80,7 @@ from controlplane.routines import (
 )
 from controlplane.subscriber import EventSubscriber
 from controlplane.tasks import Event
+from controlplane.worker import Retry, Worker
 
 __all__ = ["DemoReport", "Invariant", "run_demo"]
 
@@ -261,6 +267,8 @@ class DeadWorker:
     settled_attempt: int | None = None
     settled_as: str | None = None
     late_finish_accepted: bool | None = None
+    claimed: threading.Event = field(default_factory=threading.Event)
+    revive: threading.Event = field(default_factory=threading.Event)
     done: threading.Event = field(default_factory=threading.Event)
 
 
@@ -328,7 +336,10 @@ class Demo:
         self.stop = threading.Event()
         #: The worker fleet stays on duty after the race, until the demo settled.
         self.fleet_stop = threading.Event()
-        self.fleet: list[threading.Thread] = []
+        self.fleet: list[tuple[Worker, threading.Thread]] = []
+        #: The fleet's outcomes (office_worker_runs_total), apart from the
+        #: frozen worker's.
+        self.fleet_registry = CollectorRegistry()
         self.dead = DeadWorker()
         self.threads: list[threading.Thread] = []
         self.world: World | None = None
@@ -340,34 +351,69 @@ class Demo:
         return random.Random(f"{self.seed}:{name}")
 
     def spawn(
-        self,
-        name: str,
-        body: Callable[[Office, random.Random], None],
-        options: str | None = None,
-        *,
-        fleet: bool = False,
+        self, name: str, body: Callable[[Office, random.Random], None], options: str | None = None
     ) -> None:
-        """A producer thread: ``body`` repeatedly until the race ends (a
-        worker of the fleet: until the demo settled); a failed call is
-        counted and the producer goes on."""
-        until = self.fleet_stop if fleet else self.stop
+        """A producer thread: ``body`` repeatedly until the race ends; a
+        failed call is counted and the producer goes on."""
 
         def main() -> None:
             rng = self.rng(name)
             try:
                 with _office(self.url, options) as office:
-                    while not until.is_set():
+                    while not self.stop.is_set():
                         try:
                             body(office, rng)
                         except Exception as exc:
                             self.ledger.failed(name, exc)
-                            until.wait(0.05)
+                            self.stop.wait(0.05)
             except Exception as exc:  # the connection itself
                 self.ledger.failed(name, exc)
 
         thread = threading.Thread(target=main, name=f"demo-{name}", daemon=True)
-        (self.fleet if fleet else self.threads).append(thread)
+        self.threads.append(thread)
         thread.start()
+
+    def start_worker(
+        self,
+        name: str,
+        agent: str,
+        handler: Callable[[Run], object],
+        *,
+        heartbeat: float,
+        registry: CollectorRegistry,
+    ) -> tuple[Worker, threading.Thread]:
+        """A :class:`Worker` for one agent on a pool of its own, in a thread
+        (no signal handlers: the demo stops it)."""
+        pool: ConnectionPool[Any] = ConnectionPool(
+            self.url,
+            min_size=1,
+            max_size=2,
+            kwargs={"autocommit": True, "application_name": f"officectl demo {name}"},
+            open=True,
+            timeout=30,
+        )
+        worker = Worker(
+            Office(pool=pool, registry=registry),
+            handler,
+            agent_profile_id=agent,
+            worker_id=name,
+            heartbeat=heartbeat,
+            poll=0.05,
+            grace=30,
+            registry=registry,
+        )
+
+        def main() -> None:
+            try:
+                worker.run()
+            except Exception as exc:
+                self.ledger.failed(name, exc)
+            finally:
+                pool.close()
+
+        thread = threading.Thread(target=main, name=f"demo-{name}", daemon=True)
+        thread.start()
+        return worker, thread
 
     def pause(self, rng: random.Random, low: float, high: float) -> None:
         self.stop.wait(rng.uniform(low, high))
@@ -649,48 +695,75 @@ class Demo:
                 )
             )
 
-    def worker(self, name: str) -> Callable[[Office, random.Random], None]:
-        def body(office: Office, rng: random.Random) -> None:
-            agents = list(self.w.served)
-            rng.shuffle(agents)
-            claimed = 0
-            for agent in agents:
-                if self.fleet_stop.is_set():
-                    return
-                run = office.claim_run(name, agent)
-                if run is None:
-                    continue
-                claimed += 1
-                self.fleet_stop.wait(rng.uniform(0.002, 0.02))  # the work
-                roll = rng.random()
-                if roll < 0.05:
-                    accepted = office.retry_run(run.id, run.attempt, timedelta(milliseconds=50))
-                    self.ledger.did("runs retried" if accepted else "stale reports refused")
-                elif roll < 0.1:
-                    accepted = office.fail_run(run.id, run.attempt, "the agent gave up")
-                    self.ledger.did("runs failed" if accepted else "stale reports refused")
-                else:
-                    accepted = office.finish_run(run.id, run.attempt)
-                    self.ledger.did("runs finished" if accepted else "stale reports refused")
-            if not claimed:
-                self.fleet_stop.wait(0.02)
+    def handler(self, name: str) -> Callable[[Run], None]:
+        """A fleet worker's agent: a few milliseconds of work, then it
+        finishes the run (most often), asks for a retry, or gives up."""
+        rng = self.rng(name)
 
-        return body
+        def handle(run: Run) -> None:
+            self.fleet_stop.wait(rng.uniform(0.002, 0.02))  # the work
+            roll = rng.random()
+            if roll < 0.05:
+                raise Retry(0.05)
+            if roll < 0.1:
+                raise RuntimeError("the agent gave up")
 
-    def kill_a_worker(self, office: Office) -> None:
-        """A worker claims a run and dies (it never reports back)."""
+        return handle
+
+    def start_fleet(self) -> None:
+        for agent in self.w.served:
+            name = f"worker-{agent.removeprefix(self.prefix + '-')}"
+            self.fleet.append(
+                self.start_worker(
+                    name, agent, self.handler(name), heartbeat=0.3, registry=self.fleet_registry
+                )
+            )
+
+    def stop_fleet(self) -> None:
+        """Stop the fleet; its outcomes go into the ledger."""
+        for worker, _ in self.fleet:
+            worker.stop()
+        for _, thread in self.fleet:
+            thread.join(60)
+        for outcome, action in (
+            ("finished", "runs finished"),
+            ("retried", "runs retried"),
+            ("failed", "runs failed"),
+            ("lost", "stale reports refused"),
+        ):
+            total = self.fleet_registry.get_sample_value(
+                "office_worker_runs_total", {"outcome": outcome}
+            )
+            if total:
+                self.ledger.did(action, int(total))
+        self.fleet = []
+
+    def kill_a_worker(self, office: Office) -> tuple[Worker, threading.Thread, CollectorRegistry]:
+        """A worker claims a run and freezes: its handler hangs and, with a
+        heartbeat interval of an hour, it renews nothing."""
         key = f"task_comment:{self.w.prefix}-last-words:{self.w.doomed}"
         office.enqueue_run(self.w.doomed, "task_comment", {"last": True}, key)
         self.ledger.occurred(
             Occurrence("comment", key, "runs", self.w.doomed, "task_comment", None, "queued")
         )
-        run = office.claim_run("worker-doomed", self.w.doomed)
-        assert run is not None, "the doomed worker found nothing to claim"
-        self.dead.run_id, self.dead.attempt = run.id, run.attempt
 
-    def ghost(self) -> None:
-        """The dead worker comes back once its run was settled (finished or
-        failed) by another worker, and reports: refused."""
+        def frozen(run: Run) -> None:
+            self.dead.run_id, self.dead.attempt = run.id, run.attempt
+            self.dead.claimed.set()
+            self.dead.revive.wait(max(60.0, self.seconds * 4))
+
+        registry = CollectorRegistry()
+        worker, thread = self.start_worker(
+            "worker-doomed", self.w.doomed, frozen, heartbeat=3600, registry=registry
+        )
+        assert self.dead.claimed.wait(30), "the doomed worker found nothing to claim"
+        return worker, thread, registry
+
+    def ghost(self, doomed: tuple[Worker, threading.Thread, CollectorRegistry]) -> None:
+        """The frozen worker comes back once its run was settled (finished or
+        failed) by another worker: its handler returns, and the finish it
+        writes is refused."""
+        worker, thread, registry = doomed
 
         def main() -> None:
             try:
@@ -710,9 +783,15 @@ class Demo:
                             self.dead.settled_as = row["status"]
                             break
                         time.sleep(0.05)
-                    self.dead.late_finish_accepted = office.finish_run(
-                        self.dead.run_id, self.dead.attempt
-                    )
+                worker.stop()  # no more claims; its run in flight gets the grace period
+                self.dead.revive.set()
+                thread.join(60)
+                written = sum(
+                    registry.get_sample_value("office_worker_runs_total", {"outcome": o}) or 0
+                    for o in ("finished", "failed", "retried")
+                )
+                refused = registry.get_sample_value("office_worker_runs_total", {"outcome": "lost"})
+                self.dead.late_finish_accepted = bool(written) or not refused
             except Exception as exc:
                 self.ledger.failed("dead worker", exc)
             finally:
@@ -727,7 +806,7 @@ class Demo:
             version = fetch(office, "SELECT office.schema_version() AS v")[0]["v"]
             self.world = _setup(office, self.prefix)
             self.baseline = self._dedup_stats(office)
-            self.kill_a_worker(office)
+            doomed = self.kill_a_worker(office)
         if not self.quiet:
             self.console.print(
                 f"[bold]office {version}[/bold]: workspace [cyan]{self.w.workspace}[/cyan], "
@@ -750,7 +829,7 @@ class Demo:
         )
         daemon.start()
         try:
-            self.race()
+            self.race(doomed)
             if not self.quiet:
                 self.console.print(
                     "[dim]letting the control plane catch up, then a final sweep…[/dim]"
@@ -759,12 +838,14 @@ class Demo:
         finally:
             self.stop.set()
             self.fleet_stop.set()
+            self.dead.revive.set()
+            self.stop_fleet()
             daemon.stop()
             daemon.join(30)
         with _office(self.url) as office:
             return self.report(office)
 
-    def race(self) -> None:
+    def race(self, doomed: tuple[Worker, threading.Thread, CollectorRegistry]) -> None:
         barrier = threading.Barrier(3)
         self.spawn("reassign", self.reassign)
         self.spawn("redeliver", self.redeliver)
@@ -779,9 +860,8 @@ class Demo:
             self.spawn(f"schedule-{i}", self.schedule(f"schedule-{i}"))
         for i in range(3):
             self.spawn(f"complete-{i + 1}", self.complete(i, barrier))
-        for i in range(1, 4):
-            self.spawn(f"worker-{i}", self.worker(f"worker-{i}"), fleet=True)
-        self.ghost()
+        self.start_fleet()
+        self.ghost(doomed)
 
         started = time.monotonic()
         progress = Progress(
@@ -840,8 +920,7 @@ class Demo:
                     break
                 time.sleep(0.05)
             self.fleet_stop.set()
-            for thread in self.fleet:
-                thread.join(30)
+            self.stop_fleet()
             daemon.stop()
             daemon.join(30)
             for _ in range(100):  # the final sweep: until nothing is left to deliver

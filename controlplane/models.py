@@ -53,6 +53,13 @@ class RunStatus(StrEnum):
     CANCELLED = "cancelled"
 
 
+class RunKeyHow(StrEnum):
+    """How a run came to serve a key (``office.run_keys.how``)."""
+
+    OWN = "own"  # its own idempotency_key
+    COALESCED = "coalesced"  # a request with this key was coalesced into it
+
+
 class AgentStatus(StrEnum):
     IDLE = "idle"
     RUNNING = "running"
@@ -164,7 +171,9 @@ class ExecuteResult(BaseModel):
 
 class Run(BaseModel):
     """A row of ``office.runs`` (API.md §3). Columns the API does not name are
-    ignored; ``entry_triggered`` reads as false on a 0.1.0 schema."""
+    ignored; ``entry_triggered`` reads as false on a 0.1.0 schema and
+    ``heartbeat_at`` (the lease, renewed by ``heartbeat_run``) as None before
+    0.4.0."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
 
@@ -187,11 +196,23 @@ class Run(BaseModel):
     requested_at: datetime
     claimed_at: datetime | None = None
     finished_at: datetime | None = None
+    heartbeat_at: datetime | None = None
 
     @field_validator("payload", "context_snapshot", mode="before")
     @classmethod
     def _decode_json(cls, value: Any) -> Any:
         return {} if value is None else _json_value(value)
+
+
+class RunKey(BaseModel):
+    """A row of ``office.run_keys``: a key the run serves (a request with it
+    is deduped onto the run), since when, and how it came to."""
+
+    model_config = ConfigDict(frozen=True)
+
+    idempotency_key: str
+    recorded_at: datetime
+    how: RunKeyHow
 
 
 class Agent(BaseModel):

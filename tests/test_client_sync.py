@@ -37,6 +37,8 @@ from controlplane.models import (
     KeylessCause,
     QueueOutcome,
     Run,
+    RunKey,
+    RunKeyHow,
     RunStatus,
 )
 from controlplane.observability import (
@@ -458,12 +460,105 @@ def fail_retry_cancel_prune(env: Env) -> None:
     assert env.office.fail_run(again.id, again.attempt, "boom") is True
     assert env.office.cancel_run(again.id, "too late") is False  # terminal
     assert env.office.cancel_run(two.run_id, "not needed") is True
-    with pytest.raises(InvalidArgument, match="older_than must be a non-negative interval"):
+    with pytest.raises(
+        InvalidArgument, match="older_than must be a finite interval from 0 to 100 years"
+    ):
         env.office.prune_runs(timedelta(seconds=-1))
     assert env.office.prune_runs(timedelta(0)) == 2
     assert env.runs() == []
     # Their keys are free again.
     assert env.office.enqueue_run("a1", "r", idempotency_key="one").outcome is QueueOutcome.QUEUED
+
+
+@scenario
+def heartbeats_renew_the_lease_and_are_fenced(env: Env) -> None:
+    agent(env)
+    assert env.office.has_leases() is True
+    env.office.enqueue_run("a1", "task_comment", idempotency_key="task_comment:c1:a1")
+    claimed = env.office.claim_run("w1")
+    assert claimed is not None and claimed.heartbeat_at == claimed.claimed_at
+    # Claimed an hour ago and silent since: stale by either clock.
+    env.db.execute(
+        "UPDATE office.runs SET claimed_at = claimed_at - interval '1 hour',"
+        " heartbeat_at = heartbeat_at - interval '1 hour'"
+    )
+    assert env.office.heartbeat_run(claimed.id, claimed.attempt) is True
+    renewed = env.office.get_run(claimed.id)
+    assert renewed is not None and renewed.heartbeat_at is not None
+    assert renewed.claimed_at is not None and renewed.heartbeat_at > renewed.claimed_at
+    # The heartbeat, not the claim time, is what recovery reads.
+    assert env.office.recover_stale_runs(timedelta(minutes=30)) == 0
+    assert env.office.heartbeat_run(claimed.id, claimed.attempt + 1) is False
+    assert env.office.heartbeat_run("no-such-run", 1) is False
+    assert env.office.finish_run(claimed.id, claimed.attempt) is True
+    assert env.office.heartbeat_run(claimed.id, claimed.attempt) is False  # settled
+    env.assert_no_error_logs()
+
+
+@scenario
+def a_recovered_run_fences_its_lost_worker(env: Env) -> None:
+    agent(env)
+    env.office.enqueue_run("a1", "task_comment", idempotency_key="task_comment:c1:a1")
+    lost = env.office.claim_run("w1")
+    assert lost is not None
+    env.db.execute("UPDATE office.runs SET heartbeat_at = heartbeat_at - interval '1 hour'")
+    assert env.office.recover_stale_runs(timedelta(minutes=30)) == 1
+    assert env.office.heartbeat_run(lost.id, lost.attempt) is False  # queued again
+    second = env.office.claim_run("w2")
+    assert second is not None and (second.id, second.attempt) == (lost.id, lost.attempt + 1)
+    assert env.office.heartbeat_run(lost.id, lost.attempt) is False  # re-claimed
+    assert env.office.finish_run(lost.id, lost.attempt) is False
+    assert env.office.heartbeat_run(second.id, second.attempt) is True
+
+
+@scenario
+def get_run_by_id(env: Env) -> None:
+    agent(env)
+    assert env.office.get_run("no-such-run") is None
+    queued = env.office.enqueue_run("a1", "task_assigned", {"n": 1}, "task_assigned:t1:a1:1", "t1")
+    assert queued.run_id is not None
+    run = env.office.get_run(queued.run_id)
+    assert isinstance(run, Run)
+    assert (run.id, run.status, run.attempt, run.task_id, run.idempotency_key) == (
+        queued.run_id,
+        RunStatus.QUEUED,
+        0,
+        "t1",
+        "task_assigned:t1:a1:1",
+    )
+    assert run.payload == {"n": 1, "task_id": "t1", "agent_profile_id": "a1"}
+    assert (run.claimed_at, run.heartbeat_at) == (None, None)
+    claimed = env.office.claim_run("w1")
+    assert env.office.get_run(queued.run_id) == claimed
+
+
+@scenario
+def run_keys_lists_own_and_coalesced_keys(env: Env) -> None:
+    agent(env)
+    first = env.office.enqueue_run("a1", "task_assigned", {}, "task_assigned:t1:a1:1", "t1")
+    second = env.office.enqueue_run("a1", "task_assigned", {}, "task_assigned:t1:a1:3", "t1")
+    assert (second.outcome, second.run_id) == (QueueOutcome.COALESCED, first.run_id)
+    assert first.run_id is not None
+    run = env.office.get_run(first.run_id)
+    assert run is not None
+    served = env.office.run_keys(first.run_id)
+    assert all(isinstance(key, RunKey) for key in served)
+    assert [(k.idempotency_key, k.how) for k in served] == [
+        ("task_assigned:t1:a1:1", RunKeyHow.OWN),
+        ("task_assigned:t1:a1:3", RunKeyHow.COALESCED),
+    ]
+    assert served[0].recorded_at == run.requested_at
+    assert served[1].recorded_at >= served[0].recorded_at
+    # The remembered key outlives the queue: its redelivery after the run
+    # finished is a dedup onto it, not a second run.
+    claimed = env.office.claim_run("w1")
+    assert claimed is not None and env.office.finish_run(claimed.id, claimed.attempt)
+    again = env.office.enqueue_run("a1", "task_assigned", {}, "task_assigned:t1:a1:3", "t1")
+    assert (again.outcome, again.run_id) == (QueueOutcome.DEDUPED, first.run_id)
+    assert len(env.runs()) == 1
+    keyless = env.office.enqueue_run("a1", "other")
+    assert keyless.run_id is not None and env.office.run_keys(keyless.run_id) == []
+    assert env.office.run_keys("no-such-run") == []
 
 
 # --- bulk -------------------------------------------------------------------------

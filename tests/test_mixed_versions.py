@@ -1,5 +1,7 @@
 """Mixed versions (DOMAIN.md §2.23): a client against a database still at
-schema 0.1.0, which has no ``office.runs.entry_triggered``.
+schema 0.1.0, which has no ``office.runs.entry_triggered``, and against one
+at 0.3.0, which has no ``office.runs.heartbeat_at`` (nor ``heartbeat_run``,
+``get_run``, ``run_keys``).
 
 The database is migrated only to the first yoyo migration. Each client probes
 once, logs exactly one ERROR naming ``runs`` and ``entry_triggered`` (once per
@@ -9,8 +11,12 @@ enqueue still succeeds, with the exclusion inactive and no SQL error.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
 
 import psycopg
 import pytest
@@ -19,9 +25,14 @@ from prometheus_client import CollectorRegistry
 from controlplane import schema
 from controlplane.aio import AsyncOffice
 from controlplane.client import Office
+from controlplane.daemon.config import STALE_AFTER
+from controlplane.daemon.loop import DatabaseHealth
+from controlplane.daemon.metrics import daemon_metrics_for
+from controlplane.daemon.recovery import RecoveryLoop
 from controlplane.migrate import migrate
-from controlplane.models import EnqueueResult, QueueOutcome
+from controlplane.models import EnqueueResult, QueueOutcome, RunKeyHow
 from controlplane.observability import forget_missing_columns
+from tests.test_client_async import Blocking
 
 FIRST_RELEASE = schema.sql_dir() / "released" / "office--0.1.0.sql"
 
@@ -129,3 +140,114 @@ def test_the_current_schema_logs_no_error(dsn: str, caplog: pytest.LogCaptureFix
         office.upsert_agent("a1", "w1")
         assert office.enqueue_run("a1", "r", entry_triggered=True).created
     assert the_column_errors(caplog) == []
+
+
+# --- leases and run lookups against schema 0.3.0 (no heartbeat_at) -------------------
+
+
+@pytest.fixture
+def database_0_3_0(empty_database: str) -> Iterator[str]:
+    result = migrate(empty_database, target="0003.office-0.3.0")
+    assert (result.path, result.version) == ("migrations", "0.3.0")
+    with psycopg.connect(empty_database) as conn:
+        found = conn.execute(
+            "SELECT 1 FROM information_schema.columns WHERE table_schema = 'office'"
+            " AND table_name = 'runs' AND column_name = 'heartbeat_at'"
+        ).fetchone()
+        assert found is None, "0.3.0 must not have runs.heartbeat_at"
+        conn.execute("SELECT office.upsert_agent('a1', 'w1')")
+        conn.execute(
+            "SELECT office.enqueue_run('a1', 'task_comment',"
+            " idempotency_key => 'task_comment:c1:a1')"
+        )
+    forget_missing_columns()
+    yield empty_database
+    forget_missing_columns()
+
+
+def check_leases_fall_back(office: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """heartbeat_run, get_run and run_keys on 0.3.0: no SQL error, one ERROR
+    naming runs.heartbeat_at; a heartbeat tells whether the claim holds."""
+    run = office.claim_run("w1")
+    assert run is not None and run.heartbeat_at is None
+    assert office.heartbeat_run(run.id, run.attempt) is True
+    assert office.heartbeat_run(run.id, run.attempt + 1) is False
+    assert office.get_run(run.id) == run
+    assert office.get_run("no-such-run") is None
+    served = office.run_keys(run.id)
+    assert [(k.idempotency_key, k.how, k.recorded_at) for k in served] == [
+        ("task_comment:c1:a1", RunKeyHow.OWN, run.requested_at)
+    ]
+    assert office.finish_run(run.id, run.attempt) is True
+    assert office.heartbeat_run(run.id, run.attempt) is False
+    [record] = the_column_errors(caplog)
+    assert (record.table, record.column) == ("runs", "heartbeat_at")  # type: ignore[attr-defined]
+    assert "heartbeat_at" in record.getMessage() and "heartbeat_run" in record.getMessage()
+
+
+@needs_first_release
+def test_office_leases_on_schema_0_3_0(
+    database_0_3_0: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    with Office(database_0_3_0, min_size=1, max_size=2, registry=CollectorRegistry()) as office:
+        check_leases_fall_back(office, caplog)
+
+
+@needs_first_release
+def test_async_office_leases_on_schema_0_3_0(
+    database_0_3_0: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    loop = asyncio.new_event_loop()
+    office = AsyncOffice(database_0_3_0, min_size=1, max_size=2, registry=CollectorRegistry())
+    try:
+        check_leases_fall_back(Blocking(office, loop), caplog)
+    finally:
+        loop.run_until_complete(office.close())
+        loop.close()
+
+
+def recovery_loop(office: Office, stale_after: float | None) -> RecoveryLoop:
+    metrics = daemon_metrics_for(CollectorRegistry())
+    return RecoveryLoop(
+        office,
+        stale_after=stale_after,
+        interval=1.0,
+        metrics=metrics,
+        health=DatabaseHealth(metrics),
+        stop=threading.Event(),
+    )
+
+
+@needs_first_release
+def test_the_recovery_default_on_schema_0_3_0_is_0_3_0s(
+    database_0_3_0: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Nothing renews a claim before 0.4.0: the daemon's short default would
+    hand every run longer than two minutes to a second worker, so a daemon
+    that was given no threshold keeps 0.3.0's 15 minutes there."""
+    caplog.set_level(logging.INFO)
+    with Office(database_0_3_0, min_size=1, max_size=2, registry=CollectorRegistry()) as office:
+        claimed = office.claim_run("w1")
+        assert claimed is not None
+        with psycopg.connect(database_0_3_0, autocommit=True) as conn:
+            conn.execute("UPDATE office.runs SET claimed_at = now() - interval '10 minutes'")
+        default = recovery_loop(office, None)
+        assert default.iterate() is False
+        assert (default.threshold(), default.recovered) == (timedelta(minutes=15), 0)
+        assert office.has_leases() is False
+        # A threshold that was set is kept.
+        configured = recovery_loop(office, 5 * 60)
+        configured.iterate()
+        assert (configured.threshold(), configured.recovered) == (timedelta(minutes=5), 1)
+    [record] = the_column_errors(caplog)
+    assert (record.table, record.column) == ("runs", "heartbeat_at")  # type: ignore[attr-defined]
+
+
+def test_the_recovery_default_with_leases_is_short(dsn: str) -> None:
+    with Office(dsn, registry=CollectorRegistry()) as office:
+        assert office.has_leases() is True
+        loop = recovery_loop(office, None)
+        loop.iterate()
+        assert loop.threshold() == timedelta(seconds=STALE_AFTER) == timedelta(minutes=2)

@@ -9,7 +9,14 @@ import socket
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-__all__ = ["LOOP_NAMES", "DaemonConfig", "default_consumer", "parse_duration"]
+__all__ = [
+    "LOOP_NAMES",
+    "STALE_AFTER",
+    "STALE_AFTER_WITHOUT_LEASES",
+    "DaemonConfig",
+    "default_consumer",
+    "parse_duration",
+]
 
 #: Every loop the daemon can run, in start order.
 LOOP_NAMES: tuple[str, ...] = (
@@ -21,6 +28,12 @@ LOOP_NAMES: tuple[str, ...] = (
     "prune",
     "stats",
 )
+
+#: The recovery threshold for heart-beating workers (a few missed heartbeats).
+STALE_AFTER = 2 * 60.0
+#: The threshold against a schema without leases (before 0.4.0): 0.3.0's
+#: default, measured from the claim, which nothing there can renew.
+STALE_AFTER_WITHOUT_LEASES = 15 * 60.0
 
 _DURATION = re.compile(r"\A\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d)?\s*\Z")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -76,8 +89,13 @@ class DaemonConfig:
     #: Stuck parents reconciled per sweep call (DOMAIN.md §2.20: 5 a tick).
     sweep_batch: int = 5
     recover_interval: float = 60.0
-    #: A claim older than this is returned to the queue (recover_stale_runs).
-    stale_after: float = 15 * 60.0
+    #: A claimed run whose last heartbeat (its claim, if it never sent one) is
+    #: older than this is returned to the queue (recover_stale_runs). None:
+    #: :data:`STALE_AFTER`, short because workers heartbeat (heartbeat_run), or
+    #: :data:`STALE_AFTER_WITHOUT_LEASES` on a schema before 0.4.0, where no
+    #: claim can be renewed. A fleet whose workers do not heartbeat must set
+    #: it longer than its longest run (docs/operations.md, "Leases").
+    stale_after: float | None = None
     prune_interval: float = 3600.0
     #: Finished runs and acknowledged events older than this are deleted.
     retention: float = 7 * 86400.0
@@ -115,7 +133,7 @@ class DaemonConfig:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, not {getattr(self, name)}")
         for name in ("wakeup_min_age", "stale_after", "retention"):
-            if getattr(self, name) < 0:
+            if getattr(self, name) is not None and getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative, not {getattr(self, name)}")
 
     def enabled(self, loop: str) -> bool:

@@ -65,9 +65,10 @@ def fetch(
 
 class DatabaseHealth:
     """Whether the database answered the last call, shared by every loop:
-    logs the loss and the return of the connection once each."""
+    logs the loss and the return of the connection once each (and sets
+    ``office_database_up`` when given the daemon's metrics; a worker has none)."""
 
-    def __init__(self, metrics: DaemonMetrics) -> None:
+    def __init__(self, metrics: DaemonMetrics | None) -> None:
         self.metrics = metrics
         self._lock = threading.Lock()
         self._up: bool | None = None
@@ -81,7 +82,8 @@ class DatabaseHealth:
         with self._lock:
             was = self._up
             self._up = True
-        self.metrics.database_up.set(1)
+        if self.metrics is not None:
+            self.metrics.database_up.set(1)
         if was is False:
             log.warning(
                 "database connection restored after %.1f s",
@@ -95,7 +97,8 @@ class DatabaseHealth:
             self._up = False
             if was is not False:
                 self._down_since = time.monotonic()
-        self.metrics.database_up.set(0)
+        if self.metrics is not None:
+            self.metrics.database_up.set(0)
         if was is not False:
             log.warning(
                 "database connection lost (%s loop): %s; reconnecting with backoff",

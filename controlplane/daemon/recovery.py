@@ -1,10 +1,13 @@
 """Housekeeping loops.
 
 * recovery: ``recover_stale_runs(stale_after)`` every ``recover_interval`` -
-  a run claimed longer than ``stale_after`` (default 15 minutes: its worker
-  died or hangs) goes back to the queue with its ``attempt`` kept, so another
-  worker claims it (attempt + 1) and the stale worker's late ``finish_run``
-  is refused;
+  a claimed run whose worker has not heart-beaten (``heartbeat_run``) for
+  ``stale_after`` (default 2 minutes, for workers that heartbeat well inside
+  it: its worker died or hangs) goes back to the queue with its ``attempt``
+  kept, so another worker claims it (attempt + 1) and the stale worker's late
+  ``heartbeat_run``/``finish_run`` is refused. Workers that do not heartbeat
+  are recovered by their claim time: they need ``stale_after`` longer than
+  the longest run;
 * prune: ``prune_runs(retention)`` and ``prune_events(retention)`` every
   ``prune_interval`` - finished runs and acknowledged events older than the
   retention (default 7 days) are deleted. A pruned run's key is free again:
@@ -26,6 +29,7 @@ import logging
 from datetime import timedelta
 from typing import Any
 
+from controlplane.daemon.config import STALE_AFTER, STALE_AFTER_WITHOUT_LEASES
 from controlplane.daemon.loop import Loop, fetch
 
 __all__ = ["PruneLoop", "RecoveryLoop"]
@@ -39,18 +43,34 @@ class RecoveryLoop(Loop):
     name = "recovery"
     poison_kind = "run"
 
-    def __init__(self, *args: Any, stale_after: float, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, stale_after: float | None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.stale_after = timedelta(seconds=stale_after)
+        #: None until the first iteration picks the schema's default.
+        self.stale_after = None if stale_after is None else timedelta(seconds=stale_after)
         self.recovered = 0
 
+    def threshold(self) -> timedelta:
+        """The configured threshold, else the default for the schema: a short
+        one where claims are leases, 0.3.0's where nothing renews a claim (a
+        short one there would hand every long run to a second worker)."""
+        if self.stale_after is None:
+            leases = self.office.has_leases()
+            seconds = STALE_AFTER if leases else STALE_AFTER_WITHOUT_LEASES
+            self.stale_after = timedelta(seconds=seconds)
+            log.info(
+                "recovering claimed runs without a heartbeat for %s (the default %s)",
+                self.stale_after,
+                "for heart-beating workers" if leases else "of a schema without leases",
+            )
+        return self.stale_after
+
     def iterate(self) -> bool:
-        count = self.office.recover_stale_runs(self.stale_after)
+        count = self.office.recover_stale_runs(self.threshold())
         if count:
             self.recovered += count
             self.metrics.runs_recovered.inc(count)
             log.warning(
-                "returned %d stale claimed runs to the queue (claimed longer than %s)",
+                "returned %d stale claimed runs to the queue (no heartbeat for %s)",
                 count,
                 self.stale_after,
                 extra={"recovered": count},
