@@ -460,9 +460,7 @@ def fail_retry_cancel_prune(env: Env) -> None:
     assert env.office.fail_run(again.id, again.attempt, "boom") is True
     assert env.office.cancel_run(again.id, "too late") is False  # terminal
     assert env.office.cancel_run(two.run_id, "not needed") is True
-    with pytest.raises(
-        InvalidArgument, match="older_than must be a finite interval from 0 to 100 years"
-    ):
+    with pytest.raises(InvalidArgument, match="older_than must be a non-negative interval"):
         env.office.prune_runs(timedelta(seconds=-1))
     assert env.office.prune_runs(timedelta(0)) == 2
     assert env.runs() == []
