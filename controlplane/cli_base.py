@@ -183,3 +183,21 @@ def print_record(title: str | None, record: Mapping[str, Any]) -> None:
     for name, value in record.items():
         table.add_row(name, cell(value))
     stdout.print(table)
+
+
+def require_function(url: str, signature: str, missing: str, log: logging.Logger) -> None:
+    """Refuse to start a long-running command on a reachable database that has
+    no ``signature`` (a regprocedure text such as ``office.claim_events(text,
+    integer, interval)``): ``missing`` says what to do. A database that cannot
+    be reached now is the command's loop to wait for: warn and go on."""
+    try:
+        with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
+            row = conn.execute(
+                "SELECT pg_catalog.to_regprocedure(%s) IS NOT NULL", (signature,)
+            ).fetchone()
+    except psycopg.OperationalError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "unreachable"
+        log.warning("database not reachable yet (%s); starting anyway and retrying", first)
+        return
+    if not row or not row[0]:
+        raise click.ClickException(missing)

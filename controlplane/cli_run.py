@@ -7,9 +7,8 @@ import sys
 from typing import Any
 
 import click
-import psycopg
 
-from controlplane.cli_base import Context, one_line_errors
+from controlplane.cli_base import Context, one_line_errors, require_function
 from controlplane.daemon import LOOP_NAMES, Daemon, DaemonConfig, configure_logging, parse_duration
 
 __all__ = ["demo", "run"]
@@ -36,25 +35,6 @@ DURATION = Duration()
 
 def _url(obj: Context, dsn: str | None) -> str:
     return dsn if dsn else obj.database_url()
-
-
-def _check_office(url: str) -> None:
-    """Refuse to start on a reachable database without office; a database
-    that cannot be reached now is the daemon's to wait for."""
-    try:
-        with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
-            row = conn.execute(
-                "SELECT pg_catalog.to_regproc('office.claim_events') IS NOT NULL"
-            ).fetchone()
-    except psycopg.OperationalError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "unreachable"
-        log.warning("database not reachable yet (%s); starting anyway and retrying", first)
-        return
-    if not row or not row[0]:
-        raise click.ClickException(
-            "office is not installed in this database: run `officectl migrate` "
-            "(or CREATE EXTENSION office) first"
-        )
 
 
 @click.command()
@@ -192,7 +172,13 @@ def run(
         shutdown_timeout=shutdown_timeout,
         **settings,
     )
-    _check_office(url)
+    require_function(
+        url,
+        "office.claim_events(text, integer, interval)",
+        "office is not installed in this database: run `officectl migrate`"
+        " (or CREATE EXTENSION office) first",
+        log,
+    )
     sys.exit(Daemon(config).run_forever())
 
 

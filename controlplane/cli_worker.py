@@ -16,13 +16,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import click
-import psycopg
 from prometheus_client import start_http_server
 from psycopg_pool import ConnectionPool
 
 from controlplane import embedded
 from controlplane.aio import AsyncOffice
-from controlplane.cli_base import CONNECT_TIMEOUT, Context, one_line_errors
+from controlplane.cli_base import CONNECT_TIMEOUT, Context, one_line_errors, require_function
 from controlplane.client import Office
 from controlplane.daemon import configure_logging
 from controlplane.models import Run
@@ -62,25 +61,6 @@ def _database(obj: Context) -> str:
         extra={"url": status.url},
     )
     return status.url
-
-
-def _check_schema(url: str) -> None:
-    """Refuse a reachable database without the worker's functions (0.4.0);
-    one that cannot be reached now is the worker's to wait for."""
-    try:
-        with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
-            row = conn.execute(
-                "SELECT to_regprocedure('office.heartbeat_run(text, integer)') IS NOT NULL"
-            ).fetchone()
-    except psycopg.OperationalError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "unreachable"
-        log.warning("database not reachable yet (%s); starting anyway and retrying", first)
-        return
-    if not row or not row[0]:
-        raise click.ClickException(
-            "office 0.4.0 is not installed in this database (no office.heartbeat_run):"
-            " run `officectl migrate` (or ALTER EXTENSION office UPDATE) first"
-        )
 
 
 @click.command()
@@ -153,7 +133,13 @@ def worker(
         raise HandlerUnusable(str(exc)) from None
     configure_logging(log_format, logging.DEBUG if obj.debug else logging.INFO)
     url = _database(obj)
-    _check_schema(url)
+    require_function(
+        url,
+        "office.heartbeat_run(text, integer)",
+        "office 0.4.0 is not installed in this database (no office.heartbeat_run):"
+        " run `officectl migrate` (or ALTER EXTENSION office UPDATE) first",
+        log,
+    )
     options: dict[str, Any] = {
         "concurrency": concurrency,
         "agent_profile_id": agent_profile_id,
