@@ -65,8 +65,18 @@ def _key(kind: str, worker: int, i: int, run: int) -> str:
     return f"fresh-{run}-{worker}-{i}"
 
 
-def reset(dsn: str, case: str) -> None:
-    """Empty every office table but the agents, then set up what ``case`` needs."""
+#: Rows in each table before a steady-state case (finished runs for office).
+STEADY_ROWS = 100_000
+#: Unmeasured seconds of a steady-state case after its checkpoint: the first
+#: touch of each page after a checkpoint is a full-page write, and a grown
+#: table's first seconds pay for them.
+STEADY_SETTLE = 2.0
+
+
+def reset(dsn: str, case: str, phase: str = "fresh") -> None:
+    """Empty every office table but the agents, then set up what ``case`` needs;
+    in the ``steady`` phase both the floor and office.runs start with
+    STEADY_ROWS rows (runs finished, keyed, so they are not coalesce targets)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE IF NOT EXISTS public.bench_floor (k text NOT NULL)")
         conn.execute("CREATE UNIQUE INDEX IF NOT EXISTS bench_floor_k ON public.bench_floor (k)")
@@ -80,6 +90,19 @@ def reset(dsn: str, case: str) -> None:
             " FROM generate_series(0, %s) n",
             (AGENTS - 1,),
         )
+        if phase == "steady":
+            conn.execute(
+                "INSERT INTO public.bench_floor SELECT 'old-' || n FROM generate_series(1, %s) n",
+                (STEADY_ROWS,),
+            )
+            conn.execute(
+                "INSERT INTO office.runs (agent_profile_id, reason, status, idempotency_key,"
+                " task_id, requested_at, finished_at)"
+                " SELECT 'bench-agent-' || (n %% %s), 'task_assigned', 'finished', 'old-' || n,"
+                "        'task-old-' || n, now() - interval '1 day', now() - interval '1 day'"
+                " FROM generate_series(1, %s) n",
+                (AGENTS, STEADY_ROWS),
+            )
         if case == "floor, 90% repeated keys":
             conn.execute(
                 "INSERT INTO public.bench_floor SELECT 'pool-' || n FROM generate_series(0, %s) n",
@@ -154,12 +177,23 @@ def async_op(case: str, run: int) -> Any:
     return op
 
 
-def measure(dsn: str, driver: str, connections: int, case: str, seconds: float) -> Measurement:
-    reset(dsn, case)
+def measure(
+    dsn: str, driver: str, connections: int, case: str, seconds: float, phase: str = "fresh"
+) -> Measurement:
+    """``case`` for ``seconds``: in the ``fresh`` phase on a truncated table right
+    after a CHECKPOINT (as the peers are measured), in the ``steady`` phase on a
+    grown table after STEADY_SETTLE unmeasured seconds of the same case."""
+    reset(dsn, case, phase)
     run = next(_run_counter)
+    sync, asynchronous = sync_op(case, run), async_op(case, run)
+    if phase == "steady":
+        if driver == "psycopg":
+            run_sync(dsn, connections, STEADY_SETTLE, sync)
+        else:
+            run_async(dsn, connections, STEADY_SETTLE, asynchronous)
     if driver == "psycopg":
-        return run_sync(dsn, connections, seconds, sync_op(case, run))
-    return run_async(dsn, connections, seconds, async_op(case, run))
+        return run_sync(dsn, connections, seconds, sync)
+    return run_async(dsn, connections, seconds, asynchronous)
 
 
 def main() -> None:
@@ -173,6 +207,13 @@ def main() -> None:
         type=float,
         default=3.0,
         help="seconds of each case, unmeasured, before the measured runs",
+    )
+    parser.add_argument(
+        "--phase",
+        choices=("fresh", "steady"),
+        default="fresh",
+        help="fresh: every case on a truncated table right after a CHECKPOINT; steady: on "
+        f"{STEADY_ROWS:,} existing rows after {STEADY_SETTLE:g} s of the case unmeasured",
     )
     parser.add_argument("--write", type=Path, help="update this markdown file's enqueue section")
     parser.add_argument(
@@ -195,7 +236,7 @@ def main() -> None:
     for driver in args.drivers.split(","):
         for connections in (int(c) for c in args.connections.split(",")):
             for case in cases:
-                result = measure(args.dsn, driver, connections, case, args.seconds)
+                result = measure(args.dsn, driver, connections, case, args.seconds, args.phase)
                 rates[(driver, connections, case)] = result.rate
                 print(f"{driver:8} {connections} conn  {case:34} {result.rate:9.0f}/s", flush=True)
             for c in chosen:
@@ -225,11 +266,21 @@ def main() -> None:
                     f"| {case} | {driver} | {one:,.0f} | {four:,.0f} | {four / one:.2f}× |"
                 )
 
+    bench_name = "enqueue" if args.phase == "fresh" else "enqueue_steady"
     body = "\n".join(
         [
-            "## Run queue: `office.enqueue_run`, claim and finish",
+            "## Run queue: `office.enqueue_run`, claim and finish"
+            + ("" if args.phase == "fresh" else ", steady state"),
             "",
-            f"Command: `make bench` (`bash bench/run.sh enqueue`), {args.seconds:g} s per case.",
+            f"Command: `make bench` (`bash bench/run.sh {bench_name}`),"
+            f" {args.seconds:g} s per case.",
+            "Phase: "
+            + (
+                "every case on a freshly truncated table right after a CHECKPOINT."
+                if args.phase == "fresh"
+                else f"steady: every case on {STEADY_ROWS:,} existing rows (finished runs for "
+                f"office), after a CHECKPOINT and {STEADY_SETTLE:g} s of the case unmeasured."
+            ),
             f"Machine: {machine_line(args.dsn)}.",
             "",
             f"A warm-up runs every case for {args.warmup:g} s first "
@@ -253,7 +304,7 @@ def main() -> None:
     )
     print(body)
     if args.write:
-        write_section(args.write, "enqueue", body)
+        write_section(args.write, bench_name, body)
 
 
 if __name__ == "__main__":

@@ -856,6 +856,8 @@ DECLARE
     v_agent       text := nullif(claim_run.agent_profile_id, '');
     v_skip_agents text[] := '{}';
     v_skip_runs   text[] := '{}';
+    v_cand_ids    text[];
+    v_cand_agents text[];
     v_cand_id     text;
     v_cand_agent  text;
     v_row         office.runs;
@@ -876,6 +878,14 @@ BEGIN
     -- claimer holds the agent's lock until its transaction ends, so no claim
     -- can be in flight unseen: no 23505 on idx_run_one_claimed_per_agent,
     -- which stays as the backstop in the table.
+    -- The scan returns the oldest due run of each of up to 8 free agents,
+    -- oldest first: an agent that another claimer is busy with, or that got
+    -- a claim meanwhile, is skipped for the next one of that list, not for a
+    -- new scan (concurrent claimers all find the same oldest candidate, and
+    -- the scan is most of a claim's cost: bench/hotpath.py). A candidate run
+    -- that is gone (claimed, cancelled, locked) starts a new scan, since its
+    -- agent may have an older due run than the next candidate.
+    <<scan>>
     LOOP
         IF v_agent IS NULL THEN
             WITH RECURSIVE agents(agent) AS (
@@ -898,22 +908,25 @@ BEGIN
                                 WHERE p.id = agents.agent
                                   AND p.status NOT IN ('paused', 'stopped', 'pending_approval'))
             )
-            SELECT c.id, c.agent_profile_id INTO v_cand_id, v_cand_agent
-              FROM free
-             CROSS JOIN LATERAL (SELECT q.id, q.agent_profile_id, q.requested_at
-                                   FROM office.runs q
-                                  WHERE q.status = 'queued' AND q.agent_profile_id = free.agent
-                                    AND (q.scheduled_retry_at IS NULL OR q.scheduled_retry_at <= now())
-                                    AND q.id <> ALL (v_skip_runs)
-                                  ORDER BY q.requested_at, q.id COLLATE "C"
-                                  LIMIT 1) c
-             ORDER BY c.requested_at, c.id COLLATE "C"
-             LIMIT 1;
+            SELECT array_agg(o.id ORDER BY o.requested_at, o.id COLLATE "C"),
+                   array_agg(o.agent_profile_id ORDER BY o.requested_at, o.id COLLATE "C")
+              INTO v_cand_ids, v_cand_agents
+              FROM (SELECT c.id, c.agent_profile_id, c.requested_at
+                      FROM free
+                     CROSS JOIN LATERAL (SELECT q.id, q.agent_profile_id, q.requested_at
+                                           FROM office.runs q
+                                          WHERE q.status = 'queued' AND q.agent_profile_id = free.agent
+                                            AND (q.scheduled_retry_at IS NULL OR q.scheduled_retry_at <= now())
+                                            AND q.id <> ALL (v_skip_runs)
+                                          ORDER BY q.requested_at, q.id COLLATE "C"
+                                          LIMIT 1) c
+                     ORDER BY c.requested_at, c.id COLLATE "C"
+                     LIMIT 8) o;
         ELSE
             -- One agent: its oldest due run, read in index order (never a
             -- sort of its backlog); nothing when it holds a claim or does not
             -- accept runs.
-            SELECT q.id, q.agent_profile_id INTO v_cand_id, v_cand_agent
+            SELECT ARRAY[q.id], ARRAY[q.agent_profile_id] INTO v_cand_ids, v_cand_agents
               FROM office.runs q
              WHERE q.status = 'queued' AND q.agent_profile_id = v_agent
                AND (q.scheduled_retry_at IS NULL OR q.scheduled_retry_at <= now())
@@ -924,33 +937,38 @@ BEGIN
              ORDER BY q.requested_at, q.id COLLATE "C"
              LIMIT 1;
         END IF;
-        EXIT WHEN NOT FOUND;
+        EXIT WHEN v_cand_ids IS NULL;
 
-        IF NOT pg_try_advisory_xact_lock(hashtextextended('office.runs.claim:' || v_cand_agent, 0)) THEN
-            EXIT WHEN v_agent IS NOT NULL;
-            v_skip_agents := v_skip_agents || v_cand_agent;
-            CONTINUE;
-        END IF;
-        IF EXISTS (SELECT FROM office.runs c WHERE c.agent_profile_id = v_cand_agent AND c.status = 'claimed') THEN
-            EXIT WHEN v_agent IS NOT NULL;
-            v_skip_agents := v_skip_agents || v_cand_agent;
-            CONTINUE;
-        END IF;
-        UPDATE office.runs r
-           SET status = 'claimed', claimed_at = now(), claimed_by = claim_run.worker_id,
-               heartbeat_at = now(), attempt = r.attempt + 1
-         WHERE r.id = (SELECT l.id FROM office.runs l
-                        WHERE l.id = v_cand_id AND l.status = 'queued'
-                          AND (l.scheduled_retry_at IS NULL OR l.scheduled_retry_at <= now())
-                          FOR UPDATE SKIP LOCKED)
-        RETURNING r.* INTO v_row;
-        IF FOUND THEN
-            RETURN NEXT v_row;
-            RETURN;
-        END IF;
-        -- Locked by someone else (a cancel, a coalesce) or no longer queued.
-        v_skip_runs := v_skip_runs || v_cand_id;
-    END LOOP;
+        FOR i IN 1 .. cardinality(v_cand_ids) LOOP
+            v_cand_id := v_cand_ids[i];
+            v_cand_agent := v_cand_agents[i];
+            IF NOT pg_try_advisory_xact_lock(hashtextextended('office.runs.claim:' || v_cand_agent, 0)) THEN
+                EXIT scan WHEN v_agent IS NOT NULL;
+                v_skip_agents := v_skip_agents || v_cand_agent;
+                CONTINUE;
+            END IF;
+            IF EXISTS (SELECT FROM office.runs c WHERE c.agent_profile_id = v_cand_agent AND c.status = 'claimed') THEN
+                EXIT scan WHEN v_agent IS NOT NULL;
+                v_skip_agents := v_skip_agents || v_cand_agent;
+                CONTINUE;
+            END IF;
+            UPDATE office.runs r
+               SET status = 'claimed', claimed_at = now(), claimed_by = claim_run.worker_id,
+                   heartbeat_at = now(), attempt = r.attempt + 1
+             WHERE r.id = (SELECT l.id FROM office.runs l
+                            WHERE l.id = v_cand_id AND l.status = 'queued'
+                              AND (l.scheduled_retry_at IS NULL OR l.scheduled_retry_at <= now())
+                              FOR UPDATE SKIP LOCKED)
+            RETURNING r.* INTO v_row;
+            IF FOUND THEN
+                RETURN NEXT v_row;
+                RETURN;
+            END IF;
+            -- Locked by someone else (a cancel, a coalesce) or no longer queued.
+            v_skip_runs := v_skip_runs || v_cand_id;
+            CONTINUE scan;
+        END LOOP;
+    END LOOP scan;
 END
 $$;
 COMMENT ON FUNCTION office.claim_run(text, text) IS

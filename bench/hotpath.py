@@ -1,0 +1,269 @@
+"""Hot-path benchmark (issue 13): WAL per enqueue, the bulk path, claim + finish.
+
+    bash bench/run.sh hotpath
+
+Three measurements next to a raw floor in the same run (psycopg, autocommit,
+prepared statements; the floor table ``public.bench_floor`` has one unique
+text index, like ``bench/enqueue.py``'s):
+
+* WAL bytes per fresh-key ``enqueue_run`` (one call per transaction) against
+  the floor's ``INSERT … ON CONFLICT DO NOTHING``, read from
+  ``pg_current_wal_lsn()`` before and after --wal-calls calls, in two phases:
+  right after TRUNCATE + CHECKPOINT (every first touch of a page is a full-page
+  write) and in steady state (the next --wal-calls calls, same checkpoint).
+* ``enqueue_runs`` of --bulk fresh keys in one call against single
+  ``enqueue_run`` calls (one per transaction) and against one set-based
+  ``INSERT … SELECT … ON CONFLICT DO NOTHING`` of as many rows into the floor.
+* A ``claim_run`` + ``finish_run`` cycle against a raw queue table claimed
+  with ``UPDATE … WHERE id = (SELECT … FOR UPDATE SKIP LOCKED LIMIT 1)`` and
+  finished with an ``UPDATE``, at 1 and 4 connections.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from bench.common import machine_line, run_sync, write_section
+
+AGENTS = 64
+QUEUED = 100_000  # runs queued before a claim case: more than a case drains
+
+ENQUEUE = "SELECT outcome FROM office.enqueue_run(%s, 'task_assigned', '{}'::jsonb, %s, %s)"
+FLOOR = "INSERT INTO public.bench_floor (k) VALUES (%s) ON CONFLICT DO NOTHING"
+RAW_CLAIM = (
+    "UPDATE public.bench_queue SET status = 'claimed', claimed_at = now()"
+    " WHERE id = (SELECT id FROM public.bench_queue WHERE status = 'queued'"
+    "             ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING id"
+)
+RAW_FINISH = "UPDATE public.bench_queue SET status = 'finished', finished_at = now() WHERE id = %s"
+
+_batch = itertools.count()
+
+
+def reset(dsn: str) -> None:
+    """Empty every office table but the agents and the floor tables, then checkpoint."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS public.bench_floor (k text NOT NULL)")
+        conn.execute("CREATE UNIQUE INDEX IF NOT EXISTS bench_floor_k ON public.bench_floor (k)")
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS public.bench_queue (id bigserial PRIMARY KEY,"
+            " status text NOT NULL DEFAULT 'queued', claimed_at timestamptz,"
+            " finished_at timestamptz)"
+        )
+        conn.execute(
+            "CREATE INDEX IF NOT EXISTS bench_queue_queued ON public.bench_queue (id)"
+            " WHERE status = 'queued'"
+        )
+        tables = conn.execute(
+            "SELECT string_agg(format('%I.%I', schemaname, tablename), ', ') FROM pg_tables"
+            " WHERE schemaname = 'office' AND tablename <> 'agent_profiles'"
+        ).fetchone()
+        office_tables = tables[0] if tables else "office.runs"
+        conn.execute(f"TRUNCATE public.bench_floor, public.bench_queue, {office_tables}")
+        conn.execute(
+            "SELECT office.upsert_agent('bench-agent-' || n, 'bench')"
+            " FROM generate_series(0, %s) n",
+            (AGENTS - 1,),
+        )
+        conn.execute("VACUUM ANALYZE")
+        conn.execute("CHECKPOINT")
+
+
+def _lsn(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def wal_per_call(dsn: str, calls: int) -> dict[str, tuple[float, float]]:
+    """(enqueue_run, floor) WAL bytes per call, right after a checkpoint and steady."""
+    out: dict[str, list[float]] = {"after CHECKPOINT": [], "steady": []}
+    for kind in ("enqueue", "floor"):
+        reset(dsn)
+        batch = next(_batch)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for phase in out:
+                start = _lsn(conn)
+                for i in range(calls):
+                    key = f"wal-{batch}-{phase[0]}-{i}"
+                    if kind == "enqueue":
+                        agent = f"bench-agent-{i % AGENTS}"
+                        conn.execute(ENQUEUE, (agent, key, "task-" + key), prepare=True)
+                    else:
+                        conn.execute(FLOOR, (key,), prepare=True)
+                out[phase].append((_lsn(conn) - start) / calls)
+    return {phase: (v[0], v[1]) for phase, v in out.items()}
+
+
+def bulk(dsn: str, size: int, rounds: int) -> dict[str, float]:
+    """Rows per second: enqueue_runs of ``size`` fresh keys, ``size`` single calls,
+    and one set-based floor insert of ``size`` rows (best of ``rounds``)."""
+    best = {"enqueue_runs": 0.0, "single enqueue_run": 0.0, "set-based floor": 0.0}
+    reset(dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for _ in range(rounds):
+            batch = next(_batch)
+            keys = [f"bulk-{batch}-{i}" for i in range(size)]
+            requests = json.dumps(
+                [
+                    {
+                        "agent_profile_id": f"bench-agent-{i % AGENTS}",
+                        "reason": "task_assigned",
+                        "idempotency_key": k,
+                        "task_id": "task-" + k,
+                    }
+                    for i, k in enumerate(keys)
+                ]
+            )
+            start = time.perf_counter()
+            conn.execute("SELECT count(*) FROM office.enqueue_runs(%s::jsonb)", (requests,))
+            best["enqueue_runs"] = max(best["enqueue_runs"], size / (time.perf_counter() - start))
+
+            start = time.perf_counter()
+            for i, k in enumerate(keys):
+                conn.execute(
+                    ENQUEUE, (f"bench-agent-{i % AGENTS}", "s" + k, "task-s" + k), prepare=True
+                )
+            rate = size / (time.perf_counter() - start)
+            best["single enqueue_run"] = max(best["single enqueue_run"], rate)
+
+            start = time.perf_counter()
+            conn.execute(
+                "INSERT INTO public.bench_floor (k) SELECT %s || n FROM generate_series(1, %s) n"
+                " ON CONFLICT DO NOTHING",
+                (f"setfloor-{batch}-", size),
+            )
+            rate = size / (time.perf_counter() - start)
+            best["set-based floor"] = max(best["set-based floor"], rate)
+    return best
+
+
+def claim_cycles(dsn: str, connections: int, seconds: float) -> tuple[float, float]:
+    """(claim_run + finish_run, raw SKIP LOCKED claim + finish) cycles per second."""
+
+    def office_op(conn: psycopg.Connection[Any], worker: int, i: int) -> None:
+        row = conn.execute(
+            "SELECT id, attempt FROM office.claim_run(%s)", (f"w{worker}",), prepare=True
+        ).fetchone()
+        if row is not None:
+            conn.execute("SELECT office.finish_run(%s, %s)", row, prepare=True)
+
+    def raw_op(conn: psycopg.Connection[Any], worker: int, i: int) -> None:
+        row = conn.execute(RAW_CLAIM, prepare=True).fetchone()
+        if row is not None:
+            conn.execute(RAW_FINISH, row, prepare=True)
+
+    rates = []
+    for op in (office_op, raw_op):
+        reset(dsn)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            # Both queues are filled the same way, in requested order.
+            conn.execute(
+                "INSERT INTO office.runs (agent_profile_id, reason, task_id, requested_at)"
+                " SELECT 'bench-agent-' || (n %% %s), 'task_assigned', 'task-' || n,"
+                "        now() - interval '1 hour' + n * interval '1 millisecond'"
+                " FROM generate_series(1, %s) n",
+                (AGENTS, QUEUED),
+            )
+            conn.execute(
+                "INSERT INTO public.bench_queue (status)"
+                " SELECT 'queued' FROM generate_series(1, %s)",
+                (QUEUED,),
+            )
+            conn.execute("VACUUM ANALYZE")
+            conn.execute("CHECKPOINT")
+        rates.append(run_sync(dsn, connections, seconds, op).rate)
+    return rates[0], rates[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--dsn", required=True)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--wal-calls", type=int, default=2000)
+    parser.add_argument("--bulk", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--write", type=Path, help="update this markdown file's hotpath section")
+    args = parser.parse_args()
+
+    wal = wal_per_call(args.dsn, args.wal_calls)
+    wal_rows = []
+    for phase, (office, floor) in wal.items():
+        verdict = "met" if office <= 2 * floor else "**missed**"
+        wal_rows.append(
+            f"| {phase} | {office:,.0f} | {floor:,.0f} | {office / floor:.2f}× | ≤ 2× | {verdict} |"
+        )
+        print(f"WAL {phase:17} enqueue {office:7.0f} B  floor {floor:7.0f} B", flush=True)
+
+    rates = bulk(args.dsn, args.bulk, args.rounds)
+    many, single, floor = (
+        rates["enqueue_runs"],
+        rates["single enqueue_run"],
+        rates["set-based floor"],
+    )
+    print(f"bulk {rates}", flush=True)
+
+    claim_rows = []
+    for connections in (1, 4):
+        office, raw = claim_cycles(args.dsn, connections, args.seconds)
+        ratio = office / raw if raw else 0.0
+        verdict = "met" if ratio >= 0.6 else "**missed**"
+        claim_rows.append(
+            f"| {connections} | {office:,.0f} | {raw:,.0f} | {ratio:.2f}× | ≥ 0.60× | {verdict} |"
+        )
+        print(f"claim {connections} conn office {office:7.0f}/s raw {raw:7.0f}/s", flush=True)
+
+    def met(value: float, target: float) -> str:
+        return "met" if value >= target else "**missed**"
+
+    body = "\n".join(
+        [
+            "## Hot path: WAL per enqueue, the bulk path, claim + finish (issue 13)",
+            "",
+            "Command: `make bench` (`bash bench/run.sh hotpath`),"
+            f" {args.seconds:g} s per claim case,",
+            f"{args.wal_calls} calls per WAL phase, best of {args.rounds} bulk rounds of "
+            f"{args.bulk} rows.",
+            f"Machine: {machine_line(args.dsn)}.",
+            "",
+            "WAL bytes per fresh-key call, one call per transaction (`pg_current_wal_lsn()`",
+            "before and after; 'after CHECKPOINT' is the first batch on a truncated table, so",
+            "it carries the full-page writes; 'steady' is the next batch):",
+            "",
+            "| phase | enqueue_run B/call | floor B/call | ratio | target | |",
+            "|---|---|---|---|---|---|",
+            *wal_rows,
+            "",
+            f"Bulk, {args.bulk} fresh keys (rows per second, best round):",
+            "",
+            "| path | rows/s | ratio | target | |",
+            "|---|---|---|---|---|",
+            f"| `enqueue_runs`, one call | {many:,.0f} | — | — | — |",
+            f"| single `enqueue_run` calls, one per transaction | {single:,.0f} | "
+            f"{many / single:.2f}× (bulk / single) | ≥ 10× | {met(many / single, 10)} |",
+            f"| set-based `INSERT … SELECT … ON CONFLICT DO NOTHING` (floor) | {floor:,.0f} | "
+            f"{many / floor:.2f}× (bulk / set-based) | ≥ 0.30× | {met(many / floor, 0.3)} |",
+            "",
+            "Claim + finish cycles per second (100,000 queued runs over 64 agents for office;",
+            "100,000 queued rows for the raw queue; one cycle = two statements):",
+            "",
+            "| connections | claim_run + finish_run | raw SKIP LOCKED claim + UPDATE"
+            " | ratio | target | |",
+            "|---|---|---|---|---|---|",
+            *claim_rows,
+        ]
+    )
+    print(body)
+    if args.write:
+        write_section(args.write, "hotpath", body)
+
+
+if __name__ == "__main__":
+    main()
