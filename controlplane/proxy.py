@@ -212,7 +212,8 @@ def _unreachable_or_raise() -> str:
     return (
         "        EXCEPTION WHEN OTHERS THEN\n"
         "            IF SQLSTATE NOT LIKE '08%' THEN RAISE; END IF;\n"
-        "            RAISE WARNING 'office_proxy: shard % skipped: %', office._shard_name(s.shard), SQLERRM;\n"
+        "            RAISE WARNING 'office_proxy: shard % skipped: %',\n"
+        "                office._shard_name(s.shard), SQLERRM;\n"
     )
 
 
@@ -238,7 +239,10 @@ def function_sql(fn: Function) -> str:
         return sql + _wrapper(fn, "sql", f"    {star} {helper}({_args(fn, part)})")
     if route == "sum":
         helper, sql = _helper(fn, "all", "ALL", _setof(fn.result))
-        body = f"    SELECT coalesce(pg_catalog.sum(n), 0)::{fn.result} FROM {helper}({_args(fn, '0')}) AS n"
+        body = (
+            f"    SELECT coalesce(pg_catalog.sum(n), 0)::{fn.result}"
+            f" FROM {helper}({_args(fn, '0')}) AS n"
+        )
         return sql + _wrapper(fn, "sql", body)
     if route == "version":
         helper, sql = _helper(fn, "all", "ALL", _setof(fn.result))
@@ -246,34 +250,40 @@ def function_sql(fn: Function) -> str:
             "DECLARE\n    v text[];\nBEGIN\n"
             f"    SELECT pg_catalog.array_agg(DISTINCT x) INTO v FROM {helper}(0) AS x;\n"
             "    IF pg_catalog.cardinality(v) <> 1 THEN\n"
-            "        RAISE EXCEPTION USING ERRCODE = 'OFV01',\n"
-            "            MESSAGE = pg_catalog.format('office_proxy: the shards run different office versions: %s', v);\n"
+            "        RAISE EXCEPTION USING ERRCODE = '55000',\n"
+            "            MESSAGE = pg_catalog.format(\n"
+            "                'office_proxy: the shards run different office versions: %s', v);\n"
             "    END IF;\n    RETURN v[1];\nEND"
         )
         return sql + _wrapper(fn, "plpgsql", body)
     if isinstance(route, tuple) and route[0] == "ordered":
         helper, sql = _helper(fn, "all", "ALL", fn.result)
-        body = f"    SELECT * FROM {helper}({_args(fn, '0')}) ORDER BY {route[2]} LIMIT ${_position(fn, route[1])}"
+        limit = f"${_position(fn, route[1])}"
+        # A negative or NULL limit goes to the shards unlimited, so their 22023
+        # reaches the caller rather than the proxy's own LIMIT error.
+        body = (
+            f"    SELECT * FROM {helper}({_args(fn, '0')}) ORDER BY {route[2]}"
+            f" LIMIT CASE WHEN {limit} >= 0 THEN {limit} END"
+        )
         return sql + _wrapper(fn, "sql", body)
     if isinstance(route, tuple) and route[0] == "budget":
         helper, sql = _helper(fn, "on", "_part", fn.result)
         k = _position(fn, route[1])
         body = (
-            "DECLARE\n    s record;\n    v_left integer := $%d;\n    v_n integer;\nBEGIN\n"
+            "DECLARE\n    s record;\n    v_left integer := ${k};\n    v_n integer;\nBEGIN\n"
             "    IF v_left IS NULL OR v_left < 0 THEN  -- the shard's own 22023\n"
-            "        RETURN QUERY SELECT * FROM %s(%s);\n        RETURN;\n    END IF;\n"
+            "        RETURN QUERY SELECT * FROM {helper}({first});\n        RETURN;\n    END IF;\n"
             "    FOR s IN SELECT * FROM office._shards() LOOP\n"
             "        EXIT WHEN v_left = 0;\n        BEGIN\n"
-            "            RETURN QUERY SELECT * FROM %s(%s);\n"
+            "            RETURN QUERY SELECT * FROM {helper}({each});\n"
             "            GET DIAGNOSTICS v_n = ROW_COUNT;\n            v_left := v_left - v_n;\n"
-            "%s        END;\n    END LOOP;\nEND"
-        ) % (
-            k,
-            helper,
-            _args(fn, "0"),
-            helper,
-            _args(fn, "s.part", {k - 1: "v_left"}),
-            _unreachable_or_raise(),
+            "{skip}        END;\n    END LOOP;\nEND"
+        ).format(
+            k=k,
+            helper=helper,
+            first=_args(fn, "0"),
+            each=_args(fn, "s.part", {k - 1: "v_left"}),
+            skip=_unreachable_or_raise(),
         )
         return sql + _wrapper(fn, "plpgsql", body)
     if route == "claim":
@@ -292,7 +302,8 @@ def function_sql(fn: Function) -> str:
     if route == "unsupported":
         body = (
             "BEGIN\n    RAISE EXCEPTION USING ERRCODE = '0A000',\n"
-            f"        MESSAGE = 'office_proxy: office.{fn.name} is not served through the proxy yet; call it on the shards (docs/scale-out.md)';\nEND"
+            f"        MESSAGE = 'office_proxy: office.{fn.name} is not served through the proxy"
+            " yet; call it on the shards (docs/scale-out.md)';\nEND"
         )
         return _wrapper(fn, "plpgsql", body)
     raise LookupError(f"unknown route {route!r} for office.{fn.name}")
@@ -311,7 +322,9 @@ def _grants(fn: Function) -> str:
 
 
 _TYPES = """
-SELECT t.typname, ARRAY(SELECT pg_catalog.quote_ident(a.attname) || ' ' || pg_catalog.format_type(a.atttypid, a.atttypmod)
+SELECT t.typname,
+       ARRAY(SELECT pg_catalog.quote_ident(a.attname) || ' '
+                    || pg_catalog.format_type(a.atttypid, a.atttypmod)
                           FROM pg_catalog.pg_attribute a
                          WHERE a.attrelid = t.typrelid AND a.attnum > 0 AND NOT a.attisdropped
                          ORDER BY a.attnum)

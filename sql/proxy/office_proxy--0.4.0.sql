@@ -613,7 +613,8 @@ BEGIN
             IF FOUND THEN RETURN; END IF;
         EXCEPTION WHEN OTHERS THEN
             IF SQLSTATE NOT LIKE '08%' THEN RAISE; END IF;
-            RAISE WARNING 'office_proxy: shard % skipped: %', office._shard_name(s.shard), SQLERRM;
+            RAISE WARNING 'office_proxy: shard % skipped: %',
+                office._shard_name(s.shard), SQLERRM;
         END;
     END LOOP;
 END
@@ -735,7 +736,8 @@ BEGIN
             v_left := v_left - v_n;
         EXCEPTION WHEN OTHERS THEN
             IF SQLSTATE NOT LIKE '08%' THEN RAISE; END IF;
-            RAISE WARNING 'office_proxy: shard % skipped: %', office._shard_name(s.shard), SQLERRM;
+            RAISE WARNING 'office_proxy: shard % skipped: %',
+                office._shard_name(s.shard), SQLERRM;
         END;
     END LOOP;
 END
@@ -804,7 +806,7 @@ CREATE FUNCTION office.due_routine_triggers(at timestamp with time zone DEFAULT 
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
 AS $fn$
-    SELECT * FROM office._all_due_routine_triggers(0, $1, $2) ORDER BY next_run_at NULLS FIRST, trigger_id COLLATE "C" LIMIT $2
+    SELECT * FROM office._all_due_routine_triggers(0, $1, $2) ORDER BY next_run_at NULLS FIRST, trigger_id COLLATE "C" LIMIT CASE WHEN $2 >= 0 THEN $2 END
 $fn$;
 COMMENT ON FUNCTION office.due_routine_triggers(at timestamp with time zone, max_rows integer) IS
     'The cron loop''s scan: enabled cron triggers of active routines that are not armed yet (next_run_at NULL) or due at the given time, and not set aside (office.poison), with their routine''s catch-up policy; unarmed first, then oldest due, at most max_rows. NULL at or one outside 1970-01-01 .. 9999-12-31, max_rows below 1: 22023.';
@@ -1038,7 +1040,7 @@ CREATE FUNCTION office.list_stuck_parents(max_rows integer DEFAULT 5, reason tex
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
 AS $fn$
-    SELECT * FROM office._all_list_stuck_parents(0, $1, $2) ORDER BY parent_task_id COLLATE "C" LIMIT $1
+    SELECT * FROM office._all_list_stuck_parents(0, $1, $2) ORDER BY parent_task_id COLLATE "C" LIMIT CASE WHEN $1 >= 0 THEN $1 END
 $fn$;
 COMMENT ON FUNCTION office.list_stuck_parents(max_rows integer, reason text) IS
     'Parents whose finished child wave was not delivered (every candidate condition of DOMAIN.md §2.20, applied before the LIMIT), ordered by parent id (bytewise): parent, assignee, step, child_set_key, newest_child_updated_at. Read from the parents marked since they were last found delivered, leaving out those the sweep set aside (office.poison); another reason than task_children_completed reads every open parent. Negative max_rows or empty reason 22023.';
@@ -1356,8 +1358,9 @@ DECLARE
 BEGIN
     SELECT pg_catalog.array_agg(DISTINCT x) INTO v FROM office._all_schema_version(0) AS x;
     IF pg_catalog.cardinality(v) <> 1 THEN
-        RAISE EXCEPTION USING ERRCODE = 'OFV01',
-            MESSAGE = pg_catalog.format('office_proxy: the shards run different office versions: %s', v);
+        RAISE EXCEPTION USING ERRCODE = '55000',
+            MESSAGE = pg_catalog.format(
+                'office_proxy: the shards run different office versions: %s', v);
     END IF;
     RETURN v[1];
 END
@@ -1446,7 +1449,8 @@ BEGIN
             v_left := v_left - v_n;
         EXCEPTION WHEN OTHERS THEN
             IF SQLSTATE NOT LIKE '08%' THEN RAISE; END IF;
-            RAISE WARNING 'office_proxy: shard % skipped: %', office._shard_name(s.shard), SQLERRM;
+            RAISE WARNING 'office_proxy: shard % skipped: %',
+                office._shard_name(s.shard), SQLERRM;
         END;
     END LOOP;
 END
@@ -1510,7 +1514,8 @@ BEGIN
             v_left := v_left - v_n;
         EXCEPTION WHEN OTHERS THEN
             IF SQLSTATE NOT LIKE '08%' THEN RAISE; END IF;
-            RAISE WARNING 'office_proxy: shard % skipped: %', office._shard_name(s.shard), SQLERRM;
+            RAISE WARNING 'office_proxy: shard % skipped: %',
+                office._shard_name(s.shard), SQLERRM;
         END;
     END LOOP;
 END

@@ -1,0 +1,296 @@
+"""The office API through PL/Proxy (API.md §8, docs/scale-out.md): a proxy
+database serving the shard API over two shard databases, four partitions.
+Skipped where PL/Proxy is not installed (the embedded PostgreSQL 18)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from controlplane import proxy as proxy_sql
+from controlplane import schema
+from tests import harness
+from tests.proxy_topology import PARTITIONS, Topology, plproxy_missing, topology
+
+_MISSING = plproxy_missing()
+pytestmark = pytest.mark.skipif(_MISSING is not None, reason=_MISSING or "")
+
+
+@pytest.fixture(scope="module", params=["one_cluster", "two_clusters"])
+def topo(request: pytest.FixtureRequest) -> Iterator[Topology]:
+    with topology(request.param) as t:
+        yield t
+
+
+@pytest.fixture
+def px(topo: Topology) -> Iterator[psycopg.Connection[Any]]:
+    with psycopg.connect(topo.proxy, autocommit=True) as conn:
+        yield conn
+
+
+def _uid(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def _workspaces_on(topo: Topology, shard: int, n: int = 1) -> list[str]:
+    """n fresh workspace ids whose partition lives on ``shard``."""
+    found: list[str] = []
+    while len(found) < n:
+        ws = _uid("ws")
+        if topo.shard_of_workspace(ws) == shard:
+            found.append(ws)
+    return found
+
+
+def _one(conn: psycopg.Connection[Any], query: str, *args: Any) -> Any:
+    row = conn.execute(query, args).fetchone()
+    assert row is not None
+    return row[0] if len(row) == 1 else row
+
+
+_SIGNATURES = """
+SELECT p.proname, pg_get_function_identity_arguments(p.oid), pg_get_function_arguments(p.oid),
+       pg_get_function_result(p.oid), p.proretset, obj_description(p.oid, 'pg_proc'),
+       ARRAY(SELECT a.grantee::regrole::text FROM aclexplode(p.proacl) a
+              WHERE a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner ORDER BY 1)
+  FROM pg_proc p WHERE p.pronamespace = 'office'::regnamespace AND p.proname !~ '^_'
+ ORDER BY 1, 2
+"""
+
+_RESULT_TYPES = """
+SELECT t.typname, a.attnum, a.attname, format_type(a.atttypid, a.atttypmod)
+  FROM pg_type t JOIN pg_attribute a ON a.attrelid = t.typrelid
+ WHERE t.typnamespace = 'office'::regnamespace AND a.attnum > 0 AND NOT a.attisdropped
+   AND t.oid IN (SELECT prorettype FROM pg_proc WHERE pronamespace = 'office'::regnamespace
+                  AND proname !~ '^_')
+ ORDER BY 1, 2
+"""
+
+
+def test_every_shard_function_is_on_the_proxy_with_its_signature(topo: Topology) -> None:
+    with psycopg.connect(topo.shards[0]) as shard, psycopg.connect(topo.proxy) as px:
+        for query in (_SIGNATURES, _RESULT_TYPES):
+            assert px.execute(query).fetchall() == shard.execute(query).fetchall()
+
+
+def test_the_committed_proxy_script_is_generated_from_the_shard_api(topo: Topology) -> None:
+    committed = schema.sql_dir() / "proxy" / f"office_proxy--{schema.current_version()}.sql"
+    with psycopg.connect(topo.shards[0]) as shard:
+        assert proxy_sql.generate(shard) == committed.read_text(encoding="utf-8"), (
+            "regenerate: python -m controlplane.proxy SHARD_DSN > " + str(committed)
+        )
+        names = {row[0] for row in shard.execute(_SIGNATURES)}
+    assert set(proxy_sql.ROUTES) == names, "ROUTES names a function the shard does not have"
+
+
+def test_every_row_of_a_workspace_lives_on_its_partitions_shard(
+    topo: Topology, px: psycopg.Connection[Any]
+) -> None:
+    workspaces = [_uid("ws") for _ in range(12)]
+    for ws in workspaces:
+        px.execute("SELECT office.upsert_agent(%s, %s)", (f"a-{ws}", ws))
+        px.execute(
+            "SELECT office.create_task(%s, %s, assignee_agent_profile_id => %s)",
+            (ws, f"t-{ws}", f"a-{ws}"),
+        )
+        px.execute(
+            "SELECT office.enqueue_run(%s, 'placement', idempotency_key => %s)",
+            (f"a-{ws}", f"k-{ws}"),
+        )
+    for index, shard in enumerate(topo.shards):
+        with psycopg.connect(shard) as conn:
+            for ws in workspaces:
+                here = _one(
+                    conn,
+                    "SELECT (SELECT count(*) FROM office.agent_profiles WHERE workspace_id = %s)"
+                    " + (SELECT count(*) FROM office.tasks WHERE workspace_id = %s)"
+                    " + (SELECT count(*) FROM office.runs WHERE agent_profile_id = %s)",
+                    ws,
+                    ws,
+                    f"a-{ws}",
+                )
+                expected = 3 if topo.shard_of_workspace(ws) == index else 0
+                # the assignment enqueues a run too: at least agent+task+2 runs
+                assert (here >= 3) if expected else (here == 0), (ws, index, here)
+    assert {topo.shard_of_workspace(ws) for ws in workspaces} == {0, 1}
+
+
+def test_partitions_follow_hashtext(px: psycopg.Connection[Any]) -> None:
+    for ws in ("alpha", "beta", "gamma", ""):
+        assert _one(px, "SELECT office._partition(%s)", ws) == _one(
+            px, "SELECT hashtext(%s) & %s", ws, PARTITIONS - 1
+        )
+
+
+@pytest.mark.parametrize("shard", [0, 1])
+def test_remembered_keys_converge_through_the_proxy(
+    topo: Topology, px: psycopg.Connection[Any], shard: int
+) -> None:
+    (ws,) = _workspaces_on(topo, shard)
+    agent = f"a-{ws}"
+    px.execute("SELECT office.upsert_agent(%s, %s)", (agent, ws))
+    first = _one(
+        px, "SELECT outcome, run_id FROM office.enqueue_run(%s, 'r', idempotency_key => 'k')", agent
+    )
+    again = _one(
+        px, "SELECT outcome, run_id FROM office.enqueue_run(%s, 'r', idempotency_key => 'k')", agent
+    )
+    assert first[0] == "queued" and again[1] == first[1] and again[0] != "queued"
+    keys = px.execute("SELECT idempotency_key FROM office.run_keys(%s)", (first[1],)).fetchall()
+    assert ("k",) in keys
+
+
+@pytest.mark.parametrize("shard", [0, 1])
+def test_two_producers_assigning_one_task_converge_on_one_run(
+    topo: Topology, px: psycopg.Connection[Any], shard: int
+) -> None:
+    (ws,) = _workspaces_on(topo, shard)
+    agent, task = f"a-{ws}", f"t-{ws}"
+    px.execute("SELECT office.upsert_agent(%s, %s)", (agent, ws))
+    px.execute("SELECT office.create_task(%s, %s)", (ws, task))
+
+    def assign(conn: psycopg.Connection[Any]) -> Any:
+        return conn.execute(
+            "SELECT run_id FROM office.assign_task(%s, %s)", (task, agent)
+        ).fetchone()
+
+    results = harness.run_concurrently(topo.proxy, [assign, assign])
+    run_ids = {r.value[0] for r in results if r.error is None}
+    assert all(r.error is None for r in results) and len(run_ids) == 1
+    with psycopg.connect(topo.shards[shard]) as conn:
+        assert _one(conn, "SELECT count(*) FROM office.runs WHERE task_id = %s", task) == 1
+
+
+def test_claims_leases_and_fencing_through_the_proxy(
+    topo: Topology, px: psycopg.Connection[Any]
+) -> None:
+    (ws,) = _workspaces_on(topo, 1)
+    agent = f"a-{ws}"
+    px.execute("SELECT office.upsert_agent(%s, %s)", (agent, ws))
+    run_id = _one(px, "SELECT run_id FROM office.enqueue_run(%s, 'lease')", agent)
+    claimed = _one(px, "SELECT id, attempt FROM office.claim_run('w1', %s)", agent)
+    assert claimed[0] == run_id
+    assert _one(px, "SELECT office.heartbeat_run(%s, %s)", run_id, claimed[1]) is True
+    assert _one(px, "SELECT office.finish_run(%s, %s)", run_id, claimed[1] + 1) is False
+    assert _one(px, "SELECT office.finish_run(%s, %s)", run_id, claimed[1]) is True
+    assert _one(px, "SELECT status FROM office.get_run(%s)", run_id) == "finished"
+
+
+def test_claim_run_without_an_agent_finds_the_only_claimable_run_on_any_shard(
+    topo: Topology, px: psycopg.Connection[Any]
+) -> None:
+    # Drain whatever earlier tests left claimable, then one run on shard 1 only.
+    while px.execute("SELECT id FROM office.claim_run('drain')").fetchone():
+        pass
+    (ws,) = _workspaces_on(topo, 1)
+    px.execute("SELECT office.upsert_agent(%s, %s)", (f"a-{ws}", ws))
+    run_id = _one(px, "SELECT run_id FROM office.enqueue_run(%s, 'only')", f"a-{ws}")
+    assert px.execute("SELECT id FROM office.claim_run('w')").fetchall() == [(run_id,)]
+    assert px.execute("SELECT id FROM office.claim_run('w')").fetchall() == []
+
+
+def test_counts_are_added_over_the_shards(topo: Topology, px: psycopg.Connection[Any]) -> None:
+    expected = 0
+    for shard in topo.shards:
+        with psycopg.connect(shard, autocommit=True) as conn:
+            expected += _one(conn, "SELECT count(*) FROM office.parent_wake_marks")
+    assert _one(px, "SELECT office.recover_stale_runs('100 years')") == 0
+    assert isinstance(_one(px, "SELECT office.mark_all_parents()"), int)
+    assert _one(px, "SELECT office.schema_version()") == schema.current_version()
+
+
+@pytest.mark.parametrize(
+    ("query", "args", "sqlstate"),
+    [
+        ("SELECT office.enqueue_run(%s, 'r')", ("no-such-agent",), "OFA01"),
+        ("SELECT office.create_task(%s, 't')", (None,), None),
+        ("SELECT office.list_stuck_parents(-1)", (), "22023"),
+        ("SELECT office.sweep_stuck_parents(-1)", (), "22023"),
+        ("SELECT office.claim_events('c')", (), "0A000"),
+    ],
+)
+def test_shard_sqlstates_reach_the_caller_unchanged(
+    topo: Topology, query: str, args: tuple[Any, ...], sqlstate: str | None
+) -> None:
+    with psycopg.connect(topo.shards[0], autocommit=True) as shard:
+        try:
+            shard.execute(query, args)
+            direct = None
+        except psycopg.Error as exc:
+            direct = exc.sqlstate
+    with psycopg.connect(topo.proxy, autocommit=True) as px, pytest.raises(psycopg.Error) as caught:
+        px.execute(query, args)
+    assert caught.value.sqlstate == (sqlstate or direct)
+    if sqlstate != "0A000":
+        assert caught.value.sqlstate == direct
+
+
+def test_ofw01_reaches_the_caller_through_the_proxy(
+    topo: Topology, px: psycopg.Connection[Any]
+) -> None:
+    # Two workspaces on one partition, so the shard itself sees both.
+    ws = _uid("ws")
+    other = next(
+        w
+        for w in (_uid("ws") for _ in range(1000))
+        if _one(px, "SELECT office._partition(%s) = office._partition(%s)", w, ws)
+    )
+    px.execute("SELECT office.upsert_agent(%s, %s)", (f"a-{other}", other))
+    px.execute("SELECT office.create_task(%s, %s)", (ws, f"t-{ws}"))
+    with pytest.raises(psycopg.Error) as caught:
+        px.execute("SELECT office.assign_task(%s, %s)", (f"t-{ws}", f"a-{other}"))
+    assert caught.value.sqlstate == "OFW01"
+
+
+def test_an_unknown_id_is_answered_as_one_database_would(px: psycopg.Connection[Any]) -> None:
+    assert _one(px, "SELECT office.task_terminal_status('no-such-task')") == "missing"
+    assert px.execute("SELECT * FROM office.get_run('no-such-run')").fetchall() == []
+
+
+def test_a_stopped_shard_fails_its_calls_by_name_and_the_other_keeps_serving(
+    topo: Topology,
+) -> None:
+    if topo.cluster is None:
+        pytest.skip("needs shard 1 in its own cluster")
+    (ws0,), (ws1,) = _workspaces_on(topo, 0), _workspaces_on(topo, 1)
+    with psycopg.connect(topo.proxy, autocommit=True) as px:
+        for ws in (ws0, ws1):
+            px.execute("SELECT office.upsert_agent(%s, %s)", (f"a-{ws}", ws))
+    topo.cluster.stop()
+    try:
+        with psycopg.connect(topo.proxy, autocommit=True) as px:
+            with pytest.raises(psycopg.Error) as by_workspace:
+                px.execute("SELECT office.create_task(%s, 't-down')", (ws1,))
+            with pytest.raises(psycopg.Error) as by_id:
+                px.execute(
+                    "SELECT office.enqueue_run(%s, 'r', idempotency_key => 'down')", (f"a-{ws1}",)
+                )
+            assert by_id.value.sqlstate == "08006"
+            assert f"port={topo.cluster.port}" in str(by_id.value)
+            # PL/Proxy's own connection error (XX000) names the shard database.
+            assert topo.shards[1].rsplit("dbname=", 1)[1] in str(by_workspace.value)
+            assert f"port {topo.cluster.port}" in str(by_workspace.value)
+            run_id = _one(
+                px,
+                "SELECT run_id FROM office.enqueue_run(%s, 'r', idempotency_key => 'up')",
+                f"a-{ws0}",
+            )
+            assert _one(px, "SELECT agent_profile_id FROM office.get_run(%s)", run_id) == f"a-{ws0}"
+    finally:
+        topo.cluster.start()
+    with psycopg.connect(topo.proxy, autocommit=True) as px:
+        first = _one(
+            px,
+            "SELECT run_id FROM office.enqueue_run(%s, 'r', idempotency_key => 'down')",
+            f"a-{ws1}",
+        )
+        again = _one(
+            px,
+            "SELECT run_id FROM office.enqueue_run(%s, 'r', idempotency_key => 'down')",
+            f"a-{ws1}",
+        )
+        assert first == again
