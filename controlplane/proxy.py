@@ -181,6 +181,11 @@ def _helper(fn: Function, prefix: str, run_on: str, result: str) -> tuple[str, s
         f"    'Internal: office.{fn.name} on the shard of partition _part ({prefix}).';\n"
         f"REVOKE EXECUTE ON FUNCTION {name}({', '.join(['integer', *types])}) FROM PUBLIC;\n"
     )
+    # The public wrapper runs as its caller (not SECURITY DEFINER, so the
+    # user mapping of the caller applies): whoever may call it calls its helper.
+    if fn.grantees:
+        signature = f"{name}({', '.join(['integer', *types])})"
+        sql += f"GRANT EXECUTE ON FUNCTION {signature} TO {', '.join(fn.grantees)};\n"
     return name, sql
 
 
@@ -344,6 +349,63 @@ def result_types_sql(conn: psycopg.Connection[Any]) -> str:
     return "".join(out)
 
 
+_VIEWS = """
+SELECT c.relname, pg_catalog.obj_description(c.oid, 'pg_class'),
+       ARRAY(SELECT a.grantee::regrole::text FROM pg_catalog.aclexplode(c.relacl) a
+              WHERE a.privilege_type = 'SELECT' AND a.grantee <> 0 AND a.grantee <> c.relowner
+              ORDER BY 1),
+       ARRAY(SELECT a.attname FROM pg_catalog.pg_attribute a
+              WHERE a.attrelid = c.oid AND a.attnum > 0 ORDER BY a.attnum),
+       ARRAY(SELECT pg_catalog.format_type(a.atttypid, a.atttypmod) FROM pg_catalog.pg_attribute a
+              WHERE a.attrelid = c.oid AND a.attnum > 0 ORDER BY a.attnum)
+  FROM pg_catalog.pg_class c
+ WHERE c.relnamespace = 'office'::regnamespace AND c.relkind = 'v' AND c.relname !~ '^_'
+ ORDER BY 1
+"""
+
+
+def views_sql(conn: psycopg.Connection[Any]) -> str:
+    """The stats views over every shard: text columns group, counts are
+    added, timestamps take the minimum (the oldest)."""
+    out = []
+    for name, comment, grantees, columns, types in conn.execute(_VIEWS):
+        table = ", ".join(f"{c} {t}" for c, t in zip(columns, types, strict=True))
+        out.append(
+            f"CREATE FUNCTION office._all_{name}(_part integer) RETURNS TABLE({table})\n"
+            "    LANGUAGE plproxy\n    SET search_path = pg_catalog, pg_temp\n"
+            f"AS $$\n    CLUSTER 'office_cluster';\n    RUN ON ALL;\n"
+            f"    SELECT * FROM office.{name};\n$$;\n"
+            f"COMMENT ON FUNCTION office._all_{name}(integer) IS\n"
+            f"    'Internal: office.{name} of every shard.';\n"
+            f"REVOKE EXECUTE ON FUNCTION office._all_{name}(integer) FROM PUBLIC;\n"
+        )
+        if grantees:
+            out.append(
+                f"GRANT EXECUTE ON FUNCTION office._all_{name}(integer) TO {', '.join(grantees)};\n"
+            )
+        picks = []
+        groups = []
+        for column, type_ in zip(columns, types, strict=True):
+            if type_ == "text":
+                picks.append(column)
+                groups.append(column)
+            elif type_.startswith("timestamp"):
+                picks.append(f"pg_catalog.min({column}) AS {column}")
+            else:
+                picks.append(f"pg_catalog.sum({column})::{type_} AS {column}")
+        out.append(
+            f"CREATE VIEW office.{name} AS\n    SELECT {', '.join(picks)}\n"
+            f"      FROM office._all_{name}(0)\n     GROUP BY {', '.join(groups)};\n"
+        )
+        if comment is not None:
+            quoted = comment.replace("'", "''")
+            out.append(f"COMMENT ON VIEW office.{name} IS\n    '{quoted}';\n")
+        out.append(f"REVOKE ALL ON office.{name} FROM PUBLIC;\n")
+        if grantees:
+            out.append(f"GRANT SELECT ON office.{name} TO {', '.join(grantees)};\n")
+    return "".join(out)
+
+
 _BODY_HEADER = re.compile(r"^CREATE OR REPLACE FUNCTION", re.MULTILINE)
 
 
@@ -357,6 +419,7 @@ def generate(conn: psycopg.Connection[Any]) -> str:
     parts.append(result_types_sql(conn))
     for fn in shard_functions(conn):
         parts.append("\n" + _BODY_HEADER.sub("CREATE FUNCTION", function_sql(fn)) + _grants(fn))
+    parts.append("\n" + views_sql(conn))
     return "".join(parts)
 
 

@@ -294,3 +294,58 @@ def test_a_stopped_shard_fails_its_calls_by_name_and_the_other_keeps_serving(
             f"a-{ws1}",
         )
         assert first == again
+
+
+_VIEW_COLUMNS = """
+SELECT c.relname, a.attnum, a.attname, format_type(a.atttypid, a.atttypmod),
+       obj_description(c.oid, 'pg_class'),
+       ARRAY(SELECT g.grantee::regrole::text || ':' || g.privilege_type FROM aclexplode(c.relacl) g
+              WHERE g.grantee <> c.relowner ORDER BY 1)
+  FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid
+ WHERE c.relnamespace = 'office'::regnamespace AND c.relkind = 'v' AND c.relname !~ '^_'
+   AND a.attnum > 0
+ ORDER BY 1, 2
+"""
+
+
+def test_the_stats_views_are_the_sum_of_the_shards(
+    topo: Topology, px: psycopg.Connection[Any]
+) -> None:
+    for shard in (0, 1):
+        (ws,) = _workspaces_on(topo, shard)
+        px.execute("SELECT office.upsert_agent(%s, %s)", (f"a-{ws}", ws))
+        px.execute("SELECT office.enqueue_run(%s, 'stats', idempotency_key => 'k')", (f"a-{ws}",))
+        px.execute("SELECT office.enqueue_run(%s, 'stats', idempotency_key => 'k')", (f"a-{ws}",))
+    with psycopg.connect(topo.shards[0]) as s0, psycopg.connect(topo.shards[1]) as s1:
+        assert px.execute(_VIEW_COLUMNS).fetchall() == s0.execute(_VIEW_COLUMNS).fetchall()
+        queue = "SELECT status, agents, runs, oldest_requested_at FROM office.queue_stats"
+        rows = {r[0]: r[1:] for r in px.execute(queue)}
+        by_shard = [{r[0]: r[1:] for r in conn.execute(queue)} for conn in (s0, s1)]
+        dedup = "SELECT queue, reason, kind, total FROM office.dedup_stats ORDER BY 1, 2, 3"
+        summed: dict[tuple[str, str, str], int] = {}
+        for conn in (s0, s1):
+            for q, reason, kind, total in conn.execute(dedup):
+                summed[(q, reason, kind)] = summed.get((q, reason, kind), 0) + total
+        assert {(q, r, k): t for q, r, k, t in px.execute(dedup)} == summed
+    for status, (agents, runs, oldest) in rows.items():
+        parts = [s[status] for s in by_shard if status in s]
+        assert agents == sum(p[0] for p in parts) and runs == sum(p[1] for p in parts)
+        olds = [p[2] for p in parts if p[2] is not None]
+        assert oldest == (min(olds) if olds else None)
+    assert rows["queued"][1] >= 2
+
+
+def test_office_roles_keep_their_grants_on_the_proxy(
+    topo: Topology, px: psycopg.Connection[Any]
+) -> None:
+    (ws,) = _workspaces_on(topo, 1)
+    px.execute("SELECT office.upsert_agent(%s, %s)", (f"a-{ws}", ws))
+    with px.transaction():
+        px.execute("SET LOCAL ROLE office_producer")
+        assert _one(px, "SELECT outcome FROM office.enqueue_run(%s, 'role')", f"a-{ws}") == "queued"
+    with pytest.raises(psycopg.errors.InsufficientPrivilege), px.transaction():
+        px.execute("SET LOCAL ROLE office_producer")
+        px.execute("SELECT office.claim_run('w')")
+    with px.transaction():
+        px.execute("SET LOCAL ROLE office_reader")
+        assert px.execute("SELECT count(*) FROM office.queue_stats").fetchone() is not None

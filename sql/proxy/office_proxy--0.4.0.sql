@@ -320,6 +320,7 @@ $$;
 COMMENT ON FUNCTION office._on_add_blocker(integer, text, text) IS
     'Internal: office.add_blocker on the shard of partition _part (on).';
 REVOKE EXECUTE ON FUNCTION office._on_add_blocker(integer, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_add_blocker(integer, text, text) TO office_admin, office_producer;
 CREATE FUNCTION office.add_blocker(task_id text, blocker_task_id text) RETURNS void
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -342,6 +343,7 @@ $$;
 COMMENT ON FUNCTION office._on_add_routine_trigger(integer, text, text, text, timestamp with time zone, text) IS
     'Internal: office.add_routine_trigger on the shard of partition _part (on).';
 REVOKE EXECUTE ON FUNCTION office._on_add_routine_trigger(integer, text, text, text, timestamp with time zone, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_add_routine_trigger(integer, text, text, text, timestamp with time zone, text) TO office_admin, office_producer;
 CREATE FUNCTION office.add_routine_trigger(routine_id text, cron_expression text, timezone text DEFAULT 'UTC'::text, next_run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, id text DEFAULT NULL::text) RETURNS office.routine_triggers
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -364,6 +366,7 @@ $$;
 COMMENT ON FUNCTION office._on_archive_task(integer, text) IS
     'Internal: office.archive_task on the shard of partition _part (on).';
 REVOKE EXECUTE ON FUNCTION office._on_archive_task(integer, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_archive_task(integer, text) TO office_admin, office_producer;
 CREATE FUNCTION office.archive_task(task_id text) RETURNS office.tasks
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -386,6 +389,7 @@ $$;
 COMMENT ON FUNCTION office._on_assign_task(integer, text, text, text, text) IS
     'Internal: office.assign_task on the shard of partition _part (on).';
 REVOKE EXECUTE ON FUNCTION office._on_assign_task(integer, text, text, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_assign_task(integer, text, text, text, text) TO office_admin, office_producer;
 CREATE FUNCTION office.assign_task(task_id text, assignee_agent_profile_id text, actor_id text DEFAULT NULL::text, actor_type text DEFAULT 'user'::text) RETURNS office.assign_result
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -494,6 +498,7 @@ $$;
 COMMENT ON FUNCTION office._on_cancel_run(integer, text, text) IS
     'Internal: office.cancel_run on the shard of partition _part (on).';
 REVOKE EXECUTE ON FUNCTION office._on_cancel_run(integer, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_cancel_run(integer, text, text) TO office_admin, office_worker;
 CREATE FUNCTION office.cancel_run(run_id text, reason text) RETURNS boolean
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -516,6 +521,7 @@ $$;
 COMMENT ON FUNCTION office._on_child_generation(integer, text) IS
     'Internal: office.child_generation on the shard of partition _part (on).';
 REVOKE EXECUTE ON FUNCTION office._on_child_generation(integer, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_child_generation(integer, text) TO office_admin, office_reader;
 CREATE FUNCTION office.child_generation(parent_task_id text) RETURNS text
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -538,6 +544,7 @@ $$;
 COMMENT ON FUNCTION office._on_child_set_key(integer, text) IS
     'Internal: office.child_set_key on the shard of partition _part (on).';
 REVOKE EXECUTE ON FUNCTION office._on_child_set_key(integer, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_child_set_key(integer, text) TO office_admin, office_reader;
 CREATE FUNCTION office.child_set_key(parent_task_id text) RETURNS text
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -574,6 +581,7 @@ $$;
 COMMENT ON FUNCTION office._on_claim_routine_tick(integer, text, timestamp with time zone, timestamp with time zone) IS
     'Internal: office.claim_routine_tick on the shard of partition _part (on).';
 REVOKE EXECUTE ON FUNCTION office._on_claim_routine_tick(integer, text, timestamp with time zone, timestamp with time zone) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_claim_routine_tick(integer, text, timestamp with time zone, timestamp with time zone) TO office_admin, office_producer, office_worker;
 CREATE FUNCTION office.claim_routine_tick(trigger_id text, observed_next_run_at timestamp with time zone, following_next_run_at timestamp with time zone) RETURNS boolean
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -596,6 +604,7 @@ $$;
 COMMENT ON FUNCTION office._on_claim_run(integer, text, text) IS
     'Internal: office.claim_run on the shard of partition _part (on).';
 REVOKE EXECUTE ON FUNCTION office._on_claim_run(integer, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_claim_run(integer, text, text) TO office_admin, office_worker;
 CREATE FUNCTION office.claim_run(worker_id text DEFAULT NULL::text, agent_profile_id text DEFAULT NULL::text) RETURNS SETOF office.runs
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -635,6 +644,7 @@ $$;
 COMMENT ON FUNCTION office._on_close_routine_run(integer, text, text) IS
     'Internal: office.close_routine_run on the shard of partition _part (on).';
 REVOKE EXECUTE ON FUNCTION office._on_close_routine_run(integer, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_close_routine_run(integer, text, text) TO office_admin, office_producer, office_worker;
 CREATE FUNCTION office.close_routine_run(routine_run_id text, terminal text) RETURNS boolean
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -657,6 +667,7 @@ $$;
 COMMENT ON FUNCTION office._on_create_routine(integer, text, text, jsonb, text, text, jsonb, text, text, integer) IS
     'Internal: office.create_routine on the shard of partition _part (on).';
 REVOKE EXECUTE ON FUNCTION office._on_create_routine(integer, text, text, jsonb, text, text, jsonb, text, text, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_create_routine(integer, text, text, jsonb, text, text, jsonb, text, text, integer) TO office_admin, office_producer;
 CREATE FUNCTION office.create_routine(workspace_id text, name text, task_template jsonb DEFAULT '{}'::jsonb, assignee_agent_profile_id text DEFAULT NULL::text, concurrency_policy text DEFAULT 'skip_if_active'::text, variables jsonb DEFAULT '{}'::jsonb, id text DEFAULT NULL::text, catch_up_policy text DEFAULT 'enqueue_missed_with_cap'::text, catch_up_max integer DEFAULT 25) RETURNS office.routines
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -679,6 +690,7 @@ $$;
 COMMENT ON FUNCTION office._on_create_task(integer, text, text, text, text, text, text, text, boolean, boolean) IS
     'Internal: office.create_task on the shard of partition _part (on).';
 REVOKE EXECUTE ON FUNCTION office._on_create_task(integer, text, text, text, text, text, text, text, boolean, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_create_task(integer, text, text, text, text, text, text, text, boolean, boolean) TO office_admin, office_producer;
 CREATE FUNCTION office.create_task(workspace_id text, id text DEFAULT NULL::text, title text DEFAULT ''::text, parent_id text DEFAULT NULL::text, workflow_step_id text DEFAULT NULL::text, assignee_agent_profile_id text DEFAULT NULL::text, state text DEFAULT 'TODO'::text, is_office boolean DEFAULT true, is_ephemeral boolean DEFAULT false) RETURNS office.task_result
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -715,6 +727,7 @@ $$;
 COMMENT ON FUNCTION office._on_dispatch_queued_wakeups(integer, integer, interval) IS
     'Internal: office.dispatch_queued_wakeups on the shard of partition _part (on).';
 REVOKE EXECUTE ON FUNCTION office._on_dispatch_queued_wakeups(integer, integer, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_dispatch_queued_wakeups(integer, integer, interval) TO office_admin, office_worker;
 CREATE FUNCTION office.dispatch_queued_wakeups(max_rows integer DEFAULT 50, min_age interval DEFAULT '00:00:00'::interval) RETURNS TABLE(wakeup_request_id text, agent_profile_id text, status text, run_id text, error_message text)
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -758,6 +771,7 @@ $$;
 COMMENT ON FUNCTION office._on_dispatch_routine(integer, text, text, jsonb, text, timestamp with time zone, text, integer, timestamp with time zone, boolean) IS
     'Internal: office.dispatch_routine on the shard of partition _part (on).';
 REVOKE EXECUTE ON FUNCTION office._on_dispatch_routine(integer, text, text, jsonb, text, timestamp with time zone, text, integer, timestamp with time zone, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_dispatch_routine(integer, text, text, jsonb, text, timestamp with time zone, text, integer, timestamp with time zone, boolean) TO office_admin, office_producer, office_worker;
 CREATE FUNCTION office.dispatch_routine(routine_id text, source text, variables jsonb DEFAULT '{}'::jsonb, trigger_id text DEFAULT NULL::text, claimed_tick timestamp with time zone DEFAULT NULL::timestamp with time zone, explicit_key text DEFAULT NULL::text, missed_ticks integer DEFAULT NULL::integer, missed_since timestamp with time zone DEFAULT NULL::timestamp with time zone, missed_truncated boolean DEFAULT NULL::boolean) RETURNS office.dispatch_routine_result
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -780,6 +794,7 @@ $$;
 COMMENT ON FUNCTION office._on_dispatch_wakeup(integer, text) IS
     'Internal: office.dispatch_wakeup on the shard of partition _part (on).';
 REVOKE EXECUTE ON FUNCTION office._on_dispatch_wakeup(integer, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_dispatch_wakeup(integer, text) TO office_admin, office_producer, office_worker;
 CREATE FUNCTION office.dispatch_wakeup(wakeup_request_id text) RETURNS office.wakeup_dispatch_result
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -802,6 +817,7 @@ $$;
 COMMENT ON FUNCTION office._all_due_routine_triggers(integer, timestamp with time zone, integer) IS
     'Internal: office.due_routine_triggers on the shard of partition _part (all).';
 REVOKE EXECUTE ON FUNCTION office._all_due_routine_triggers(integer, timestamp with time zone, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._all_due_routine_triggers(integer, timestamp with time zone, integer) TO office_admin, office_reader, office_worker;
 CREATE FUNCTION office.due_routine_triggers(at timestamp with time zone DEFAULT now(), max_rows integer DEFAULT 100) RETURNS TABLE(trigger_id text, routine_id text, cron_expression text, timezone text, next_run_at timestamp with time zone, last_fired_at timestamp with time zone, enabled boolean, catch_up_policy text, catch_up_max integer)
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -824,6 +840,7 @@ $$;
 COMMENT ON FUNCTION office._on_enqueue_run(integer, text, text, jsonb, text, text, boolean, text, text) IS
     'Internal: office.enqueue_run on the shard of partition _part (on).';
 REVOKE EXECUTE ON FUNCTION office._on_enqueue_run(integer, text, text, jsonb, text, text, boolean, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_enqueue_run(integer, text, text, jsonb, text, text, boolean, text, text) TO office_admin, office_producer;
 CREATE FUNCTION office.enqueue_run(agent_profile_id text, reason text, payload jsonb DEFAULT '{}'::jsonb, idempotency_key text DEFAULT NULL::text, task_id text DEFAULT NULL::text, entry_triggered boolean DEFAULT false, keyless_cause text DEFAULT NULL::text, keyless_detail text DEFAULT NULL::text) RETURNS office.enqueue_result
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -860,6 +877,7 @@ $$;
 COMMENT ON FUNCTION office._on_fail_run(integer, text, integer, text) IS
     'Internal: office.fail_run on the shard of partition _part (on).';
 REVOKE EXECUTE ON FUNCTION office._on_fail_run(integer, text, integer, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_fail_run(integer, text, integer, text) TO office_admin, office_worker;
 CREATE FUNCTION office.fail_run(run_id text, attempt integer, error_message text) RETURNS boolean
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -882,6 +900,7 @@ $$;
 COMMENT ON FUNCTION office._on_fail_wakeup(integer, text, text) IS
     'Internal: office.fail_wakeup on the shard of partition _part (on).';
 REVOKE EXECUTE ON FUNCTION office._on_fail_wakeup(integer, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_fail_wakeup(integer, text, text) TO office_admin, office_producer, office_worker;
 CREATE FUNCTION office.fail_wakeup(wakeup_request_id text, reason text) RETURNS boolean
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -904,6 +923,7 @@ $$;
 COMMENT ON FUNCTION office._on_finish_run(integer, text, integer) IS
     'Internal: office.finish_run on the shard of partition _part (on).';
 REVOKE EXECUTE ON FUNCTION office._on_finish_run(integer, text, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_finish_run(integer, text, integer) TO office_admin, office_worker;
 CREATE FUNCTION office.finish_run(run_id text, attempt integer) RETURNS boolean
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -926,6 +946,7 @@ $$;
 COMMENT ON FUNCTION office._on_fire_routine_tick(integer, text, timestamp with time zone, timestamp with time zone, integer, timestamp with time zone, boolean) IS
     'Internal: office.fire_routine_tick on the shard of partition _part (on).';
 REVOKE EXECUTE ON FUNCTION office._on_fire_routine_tick(integer, text, timestamp with time zone, timestamp with time zone, integer, timestamp with time zone, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_fire_routine_tick(integer, text, timestamp with time zone, timestamp with time zone, integer, timestamp with time zone, boolean) TO office_admin, office_worker;
 CREATE FUNCTION office.fire_routine_tick(trigger_id text, observed_next_run_at timestamp with time zone, following_next_run_at timestamp with time zone, missed_ticks integer DEFAULT NULL::integer, missed_since timestamp with time zone DEFAULT NULL::timestamp with time zone, missed_truncated boolean DEFAULT NULL::boolean) RETURNS office.routine_tick_result
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -948,6 +969,7 @@ $$;
 COMMENT ON FUNCTION office._on_get_run(integer, text) IS
     'Internal: office.get_run on the shard of partition _part (on).';
 REVOKE EXECUTE ON FUNCTION office._on_get_run(integer, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_get_run(integer, text) TO office_admin, office_producer, office_reader, office_worker;
 CREATE FUNCTION office.get_run(run_id text) RETURNS SETOF office.runs
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -970,6 +992,7 @@ $$;
 COMMENT ON FUNCTION office._on_get_task(integer, text) IS
     'Internal: office.get_task on the shard of partition _part (on).';
 REVOKE EXECUTE ON FUNCTION office._on_get_task(integer, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_get_task(integer, text) TO office_admin, office_producer, office_reader, office_worker;
 CREATE FUNCTION office.get_task(task_id text) RETURNS SETOF office.tasks
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -992,6 +1015,7 @@ $$;
 COMMENT ON FUNCTION office._on_heartbeat_run(integer, text, integer) IS
     'Internal: office.heartbeat_run on the shard of partition _part (on).';
 REVOKE EXECUTE ON FUNCTION office._on_heartbeat_run(integer, text, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_heartbeat_run(integer, text, integer) TO office_admin, office_worker;
 CREATE FUNCTION office.heartbeat_run(run_id text, attempt integer) RETURNS boolean
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -1014,6 +1038,7 @@ $$;
 COMMENT ON FUNCTION office._on_is_task_terminal(integer, text) IS
     'Internal: office.is_task_terminal on the shard of partition _part (on).';
 REVOKE EXECUTE ON FUNCTION office._on_is_task_terminal(integer, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_is_task_terminal(integer, text) TO office_admin, office_reader;
 CREATE FUNCTION office.is_task_terminal(task_id text) RETURNS boolean
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -1036,6 +1061,7 @@ $$;
 COMMENT ON FUNCTION office._all_list_stuck_parents(integer, integer, text) IS
     'Internal: office.list_stuck_parents on the shard of partition _part (all).';
 REVOKE EXECUTE ON FUNCTION office._all_list_stuck_parents(integer, integer, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._all_list_stuck_parents(integer, integer, text) TO office_admin, office_producer, office_reader;
 CREATE FUNCTION office.list_stuck_parents(max_rows integer DEFAULT 5, reason text DEFAULT 'task_children_completed'::text) RETURNS TABLE(parent_task_id text, assignee_agent_profile_id text, workflow_step_id text, child_set_key text, newest_child_updated_at text)
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -1058,6 +1084,7 @@ $$;
 COMMENT ON FUNCTION office._all_mark_all_parents(integer) IS
     'Internal: office.mark_all_parents on the shard of partition _part (all).';
 REVOKE EXECUTE ON FUNCTION office._all_mark_all_parents(integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._all_mark_all_parents(integer) TO office_admin;
 CREATE FUNCTION office.mark_all_parents() RETURNS bigint
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -1080,6 +1107,7 @@ $$;
 COMMENT ON FUNCTION office._on_move_task(integer, text, text) IS
     'Internal: office.move_task on the shard of partition _part (on).';
 REVOKE EXECUTE ON FUNCTION office._on_move_task(integer, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_move_task(integer, text, text) TO office_admin, office_producer;
 CREATE FUNCTION office.move_task(task_id text, state text) RETURNS office.tasks
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -1102,6 +1130,7 @@ $$;
 COMMENT ON FUNCTION office._all_prune_events(integer, interval) IS
     'Internal: office.prune_events on the shard of partition _part (all).';
 REVOKE EXECUTE ON FUNCTION office._all_prune_events(integer, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._all_prune_events(integer, interval) TO office_admin;
 CREATE FUNCTION office.prune_events(older_than interval) RETURNS integer
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -1124,6 +1153,7 @@ $$;
 COMMENT ON FUNCTION office._all_prune_runs(integer, interval) IS
     'Internal: office.prune_runs on the shard of partition _part (all).';
 REVOKE EXECUTE ON FUNCTION office._all_prune_runs(integer, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._all_prune_runs(integer, interval) TO office_admin;
 CREATE FUNCTION office.prune_runs(older_than interval) RETURNS integer
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -1146,6 +1176,7 @@ $$;
 COMMENT ON FUNCTION office._on_reconcile_parent(integer, text, text, text) IS
     'Internal: office.reconcile_parent on the shard of partition _part (on).';
 REVOKE EXECUTE ON FUNCTION office._on_reconcile_parent(integer, text, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_reconcile_parent(integer, text, text, text) TO office_admin, office_producer;
 CREATE FUNCTION office.reconcile_parent(parent_task_id text, child_set_key text, newest_child_updated_at text) RETURNS office.reconcile_result
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -1168,6 +1199,7 @@ $$;
 COMMENT ON FUNCTION office._all_recover_stale_runs(integer, interval) IS
     'Internal: office.recover_stale_runs on the shard of partition _part (all).';
 REVOKE EXECUTE ON FUNCTION office._all_recover_stale_runs(integer, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._all_recover_stale_runs(integer, interval) TO office_admin;
 CREATE FUNCTION office.recover_stale_runs(older_than interval) RETURNS integer
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -1204,6 +1236,7 @@ $$;
 COMMENT ON FUNCTION office._on_remove_blocker(integer, text, text) IS
     'Internal: office.remove_blocker on the shard of partition _part (on).';
 REVOKE EXECUTE ON FUNCTION office._on_remove_blocker(integer, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_remove_blocker(integer, text, text) TO office_admin, office_producer;
 CREATE FUNCTION office.remove_blocker(task_id text, blocker_task_id text) RETURNS void
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -1226,6 +1259,7 @@ $$;
 COMMENT ON FUNCTION office._on_request_wakeup(integer, text, text, text, jsonb, text) IS
     'Internal: office.request_wakeup on the shard of partition _part (on).';
 REVOKE EXECUTE ON FUNCTION office._on_request_wakeup(integer, text, text, text, jsonb, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_request_wakeup(integer, text, text, text, jsonb, text) TO office_admin, office_producer;
 CREATE FUNCTION office.request_wakeup(agent_profile_id text, source text, reason text DEFAULT ''::text, payload jsonb DEFAULT '{}'::jsonb, idempotency_key text DEFAULT NULL::text) RETURNS office.wakeup_result
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -1248,6 +1282,7 @@ $$;
 COMMENT ON FUNCTION office._on_retry_run(integer, text, integer, interval) IS
     'Internal: office.retry_run on the shard of partition _part (on).';
 REVOKE EXECUTE ON FUNCTION office._on_retry_run(integer, text, integer, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_retry_run(integer, text, integer, interval) TO office_admin, office_worker;
 CREATE FUNCTION office.retry_run(run_id text, attempt integer, delay interval) RETURNS boolean
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -1327,6 +1362,7 @@ $$;
 COMMENT ON FUNCTION office._on_run_keys(integer, text) IS
     'Internal: office.run_keys on the shard of partition _part (on).';
 REVOKE EXECUTE ON FUNCTION office._on_run_keys(integer, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_run_keys(integer, text) TO office_admin, office_producer, office_reader, office_worker;
 CREATE FUNCTION office.run_keys(run_id text) RETURNS TABLE(idempotency_key text, recorded_at timestamp with time zone, how text)
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -1349,6 +1385,7 @@ $$;
 COMMENT ON FUNCTION office._all_schema_version(integer) IS
     'Internal: office.schema_version on the shard of partition _part (all).';
 REVOKE EXECUTE ON FUNCTION office._all_schema_version(integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._all_schema_version(integer) TO office_admin, office_producer, office_reader, office_worker;
 CREATE FUNCTION office.schema_version() RETURNS text
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -1392,6 +1429,7 @@ $$;
 COMMENT ON FUNCTION office._on_set_agent_status(integer, text, text) IS
     'Internal: office.set_agent_status on the shard of partition _part (on).';
 REVOKE EXECUTE ON FUNCTION office._on_set_agent_status(integer, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_set_agent_status(integer, text, text) TO office_admin, office_producer;
 CREATE FUNCTION office.set_agent_status(id text, status text) RETURNS office.agent_profiles
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -1428,6 +1466,7 @@ $$;
 COMMENT ON FUNCTION office._on_sweep_stuck_parents(integer, integer) IS
     'Internal: office.sweep_stuck_parents on the shard of partition _part (on).';
 REVOKE EXECUTE ON FUNCTION office._on_sweep_stuck_parents(integer, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_sweep_stuck_parents(integer, integer) TO office_admin, office_producer;
 CREATE FUNCTION office.sweep_stuck_parents(max_rows integer DEFAULT 5) RETURNS SETOF office.reconcile_result
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -1471,6 +1510,7 @@ $$;
 COMMENT ON FUNCTION office._on_sync_routine_run_status(integer, text, text) IS
     'Internal: office.sync_routine_run_status on the shard of partition _part (on).';
 REVOKE EXECUTE ON FUNCTION office._on_sync_routine_run_status(integer, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_sync_routine_run_status(integer, text, text) TO office_admin, office_producer, office_worker;
 CREATE FUNCTION office.sync_routine_run_status(task_id text, terminal text) RETURNS boolean
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -1493,6 +1533,7 @@ $$;
 COMMENT ON FUNCTION office._on_take_poison_reports(integer, text, integer) IS
     'Internal: office.take_poison_reports on the shard of partition _part (on).';
 REVOKE EXECUTE ON FUNCTION office._on_take_poison_reports(integer, text, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_take_poison_reports(integer, text, integer) TO office_admin, office_worker;
 CREATE FUNCTION office.take_poison_reports(loop text, max_rows integer DEFAULT 100) RETURNS TABLE(row_id text, reason text, sqlstate text)
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -1536,6 +1577,7 @@ $$;
 COMMENT ON FUNCTION office._on_task_terminal_status(integer, text) IS
     'Internal: office.task_terminal_status on the shard of partition _part (on).';
 REVOKE EXECUTE ON FUNCTION office._on_task_terminal_status(integer, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_task_terminal_status(integer, text) TO office_admin, office_reader;
 CREATE FUNCTION office.task_terminal_status(task_id text) RETURNS text
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -1558,6 +1600,7 @@ $$;
 COMMENT ON FUNCTION office._on_upsert_agent(integer, text, text, text, text) IS
     'Internal: office.upsert_agent on the shard of partition _part (on).';
 REVOKE EXECUTE ON FUNCTION office._on_upsert_agent(integer, text, text, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_upsert_agent(integer, text, text, text, text) TO office_admin, office_producer;
 CREATE FUNCTION office.upsert_agent(id text, workspace_id text, name text DEFAULT ''::text, status text DEFAULT 'idle'::text) RETURNS office.agent_profiles
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -1600,3 +1643,64 @@ COMMENT ON FUNCTION office.wake_operation_id(parent_task_id text, child_set_key 
     'Engine operation id of a children-completed wave: task_children_completed:<parent_task_id>:<sha256hex(parent \0 child ids \0 generation)>; child ids are the child_set_key items without their last ":" segment (DOMAIN.md §3.5).';
 REVOKE EXECUTE ON FUNCTION office.wake_operation_id(parent_task_id text, child_set_key text, generation text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.wake_operation_id(parent_task_id text, child_set_key text, generation text) TO office_admin, office_producer, office_reader, office_worker;
+
+CREATE FUNCTION office._all_dedup_stats(_part integer) RETURNS TABLE(queue text, reason text, kind text, total bigint)
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON ALL;
+    SELECT * FROM office.dedup_stats;
+$$;
+COMMENT ON FUNCTION office._all_dedup_stats(integer) IS
+    'Internal: office.dedup_stats of every shard.';
+REVOKE EXECUTE ON FUNCTION office._all_dedup_stats(integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._all_dedup_stats(integer) TO office_admin, office_reader;
+CREATE VIEW office.dedup_stats AS
+    SELECT queue, reason, kind, pg_catalog.sum(total)::bigint AS total
+      FROM office._all_dedup_stats(0)
+     GROUP BY queue, reason, kind;
+COMMENT ON VIEW office.dedup_stats IS
+    'Suppressed enqueues by queue (runs|wakeup), reason and kind (windowed|durable|coalesced; coalesced is queue runs). Counters restart from zero after a crash.';
+REVOKE ALL ON office.dedup_stats FROM PUBLIC;
+GRANT SELECT ON office.dedup_stats TO office_admin, office_reader;
+CREATE FUNCTION office._all_keyless_stats(_part integer) RETURNS TABLE(reason text, cause text, total bigint)
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON ALL;
+    SELECT * FROM office.keyless_stats;
+$$;
+COMMENT ON FUNCTION office._all_keyless_stats(integer) IS
+    'Internal: office.keyless_stats of every shard.';
+REVOKE EXECUTE ON FUNCTION office._all_keyless_stats(integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._all_keyless_stats(integer) TO office_admin, office_reader;
+CREATE VIEW office.keyless_stats AS
+    SELECT reason, cause, pg_catalog.sum(total)::bigint AS total
+      FROM office._all_keyless_stats(0)
+     GROUP BY reason, cause;
+COMMENT ON VIEW office.keyless_stats IS
+    'Keyless enqueues reported with a cause, by reason and cause (unresolved|by_design). Counters restart from zero after a crash.';
+REVOKE ALL ON office.keyless_stats FROM PUBLIC;
+GRANT SELECT ON office.keyless_stats TO office_admin, office_reader;
+CREATE FUNCTION office._all_queue_stats(_part integer) RETURNS TABLE(status text, agents bigint, runs bigint, oldest_requested_at timestamp with time zone)
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON ALL;
+    SELECT * FROM office.queue_stats;
+$$;
+COMMENT ON FUNCTION office._all_queue_stats(integer) IS
+    'Internal: office.queue_stats of every shard.';
+REVOKE EXECUTE ON FUNCTION office._all_queue_stats(integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._all_queue_stats(integer) TO office_admin, office_reader;
+CREATE VIEW office.queue_stats AS
+    SELECT status, pg_catalog.sum(agents)::bigint AS agents, pg_catalog.sum(runs)::bigint AS runs, pg_catalog.min(oldest_requested_at) AS oldest_requested_at
+      FROM office._all_queue_stats(0)
+     GROUP BY status;
+COMMENT ON VIEW office.queue_stats IS
+    'Runs per status (every status, zero included): distinct agents, runs, and the oldest requested_at.';
+REVOKE ALL ON office.queue_stats FROM PUBLIC;
+GRANT SELECT ON office.queue_stats TO office_admin, office_reader;
