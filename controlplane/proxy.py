@@ -105,6 +105,25 @@ ROUTES: dict[str, Route] = {
 }
 
 
+# What one database refuses across workspaces and a shard cannot see when the
+# other entity lives on another shard: (kind, argument, SQLSTATE) checked on
+# the proxy before the call (office._checked_partition).
+CHECKS: dict[str, list[tuple[str, str, str]]] = {
+    "upsert_agent": [("agent", "id", "OFW01")],
+    "create_task": [
+        ("task", "id", "23505"),
+        ("task", "parent_id", "OFW01"),
+        ("agent", "assignee_agent_profile_id", "OFW01"),
+    ],
+    "create_routine": [
+        ("routine", "id", "23505"),
+        ("agent", "assignee_agent_profile_id", "OFW01"),
+    ],
+    "assign_task": [("agent", "assignee_agent_profile_id", "OFW01")],
+    "add_blocker": [("task", "blocker_task_id", "OFW01")],
+}
+
+
 @dataclass(frozen=True)
 class Function:
     name: str
@@ -235,11 +254,18 @@ def function_sql(fn: Function) -> str:
     if isinstance(route, tuple) and route[0] in ("workspace", "entity"):
         arg = route[-1]
         at = f"${_position(fn, arg)}"
-        part = (
-            f"office._partition({at})"
-            if route[0] == "workspace"
-            else f"office._route('{route[1]}', {at})"
-        )
+        checks = CHECKS.get(fn.name)
+        located = f"office._workspace_of('{route[1]}', {at})"
+        workspace = at if route[0] == "workspace" else located
+        if checks:
+            items = ", ".join(
+                f"'{kind}', ${_position(fn, arg)}, '{code}'" for kind, arg, code in checks
+            )
+            part = f"office._checked_partition({workspace}, ARRAY[{items}])"
+        elif route[0] == "workspace":
+            part = f"office._partition({at})"
+        else:
+            part = f"office._route('{route[1]}', {at})"
         helper, sql = _helper(fn, "on", "_part", fn.result)
         return sql + _wrapper(fn, "sql", f"    {star} {helper}({_args(fn, part)})")
     if route == "sum":

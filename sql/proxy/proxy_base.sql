@@ -105,13 +105,12 @@ $$;
 COMMENT ON FUNCTION office._locate(integer, text, text) IS
     'Internal: the workspace of one entity (agent, task, routine, trigger, routine_run, run, wakeup) on the shard of a partition.';
 
--- The partition of an entity, found by asking the shards in turn (no
--- directory on the proxy: nothing to roll back, nothing to rebuild). An id no
--- shard knows goes to partition 0, whose shard answers as one database would
--- (its outcome word or its SQLSTATE). A shard that cannot be asked is
--- skipped; if the id is found nowhere else the call fails with 08006 naming
--- the shard, since the entity may live there.
-CREATE FUNCTION office._route(kind text, entity_id text) RETURNS integer
+-- The workspace of an entity, found by asking the shards in turn (no
+-- directory on the proxy: nothing to roll back, nothing to rebuild); NULL
+-- for an id no shard knows. A shard that cannot be asked is skipped; if the
+-- id is found nowhere else the call fails with 08006 naming the shard, since
+-- the entity may live there.
+CREATE FUNCTION office._workspace_of(kind text, entity_id text) RETURNS text
     LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp
 AS $$
@@ -121,7 +120,7 @@ DECLARE
     v_down text[] := '{}';
 BEGIN
     IF entity_id IS NULL THEN
-        RETURN 0;
+        RETURN NULL;
     END IF;
     FOR s IN SELECT * FROM office._shards() LOOP
         BEGIN
@@ -131,7 +130,7 @@ BEGIN
             CONTINUE;
         END;
         IF FOUND THEN
-            RETURN office._partition(v_ws);
+            RETURN v_ws;
         END IF;
     END LOOP;
     IF pg_catalog.cardinality(v_down) > 0 THEN
@@ -139,8 +138,60 @@ BEGIN
             MESSAGE = pg_catalog.format('office_proxy: cannot locate %s %s: shard %s unreachable',
                                         kind, entity_id, pg_catalog.array_to_string(v_down, ', '));
     END IF;
-    RETURN 0;
+    RETURN NULL;
 END
 $$;
+COMMENT ON FUNCTION office._workspace_of(text, text) IS
+    'The workspace of an entity (kind agent, task, routine, trigger, routine_run, run, wakeup) by its id, asked of the shards in turn; NULL for an id no shard knows; 08006 naming the shard when it may live on an unreachable one.';
+
+-- An id no shard knows goes to partition 0, whose shard answers as one
+-- database would (its outcome word or its SQLSTATE).
+CREATE FUNCTION office._route(kind text, entity_id text) RETURNS integer
+    LANGUAGE sql STABLE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(office._partition(office._workspace_of(kind, entity_id)), 0)
+$$;
 COMMENT ON FUNCTION office._route(text, text) IS
-    'The partition of an entity (kind agent, task, routine, trigger, routine_run, run, wakeup) by its id; 0 for an id no shard knows; 08006 naming the shard when it may live on an unreachable one.';
+    'The partition of an entity by its id (office._workspace_of); 0 for an id no shard knows.';
+
+-- The partition of a call's workspace, after the checks one database makes
+-- across workspaces that a shard cannot make about another shard: checks is
+-- {kind, id, sqlstate, ...}; an entity of another partition is refused with
+-- that SQLSTATE (OFW01 for a reference across workspaces, 23505 for an
+-- explicit id that exists). Two concurrent calls on two shards can still
+-- both pass (no lock spans shards), and a check against an unreachable shard
+-- is skipped with a WARNING: docs/scale-out.md.
+CREATE FUNCTION office._checked_partition(workspace_id text, checks text[]) RETURNS integer
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_part integer := office._partition(workspace_id);
+    v_other text;
+    i integer;
+BEGIN
+    IF workspace_id IS NULL THEN
+        RETURN v_part;
+    END IF;
+    FOR i IN 1 .. pg_catalog.cardinality(checks) / 3 LOOP
+        CONTINUE WHEN coalesce(checks[3 * i - 1], '') = '';
+        BEGIN
+            v_other := office._workspace_of(checks[3 * i - 2], checks[3 * i - 1]);
+        EXCEPTION WHEN SQLSTATE '08006' THEN
+            -- A stopped shard must not stop the others' workspaces: the check
+            -- is skipped (docs/scale-out.md, failure semantics).
+            RAISE WARNING '%, check skipped', SQLERRM;
+            CONTINUE;
+        END;
+        IF v_other IS NOT NULL AND office._partition(v_other) <> v_part THEN
+            RAISE EXCEPTION USING ERRCODE = checks[3 * i],
+                MESSAGE = pg_catalog.format('%s %L is of workspace %L, not of workspace %L',
+                                            checks[3 * i - 2], checks[3 * i - 1], v_other, workspace_id);
+        END IF;
+    END LOOP;
+    RETURN v_part;
+END
+$$;
+COMMENT ON FUNCTION office._checked_partition(text, text[]) IS
+    'Internal: the partition of a workspace after refusing entities of other partitions (checks: kind, id, sqlstate triples).';
