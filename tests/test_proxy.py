@@ -374,3 +374,40 @@ def test_references_across_shards_are_refused_as_one_database_would(
     with psycopg.connect(topo.shards[0]) as s0:
         assert _one(s0, "SELECT count(*) FROM office.agent_profiles WHERE id = %s", f"a-{ws1}") == 0
         assert _one(s0, "SELECT count(*) FROM office.tasks WHERE id = %s", f"t-{ws1}") == 0
+
+
+def test_recovered_runs_are_added_over_the_shards(
+    topo: Topology, px: psycopg.Connection[Any]
+) -> None:
+    for shard in (0, 1):
+        (ws,) = _workspaces_on(topo, shard)
+        px.execute("SELECT office.upsert_agent(%s, %s)", (f"a-{ws}", ws))
+        px.execute("SELECT office.enqueue_run(%s, 'stale')", (f"a-{ws}",))
+        assert px.execute("SELECT id FROM office.claim_run('w', %s)", (f"a-{ws}",)).fetchone()
+    claimed = 0
+    for shard in topo.shards:
+        with psycopg.connect(shard) as conn:
+            claimed += _one(conn, "SELECT count(*) FROM office.runs WHERE status = 'claimed'")
+    assert claimed >= 2
+    assert _one(px, "SELECT office.recover_stale_runs('0 seconds')") == claimed
+
+
+def test_due_triggers_are_merged_ordered_and_limited_on_the_proxy(
+    topo: Topology, px: psycopg.Connection[Any]
+) -> None:
+    for shard in (0, 1):
+        for ws in _workspaces_on(topo, shard, 2):
+            routine = _one(px, "SELECT id FROM office.create_routine(%s, 'r')", ws)
+            px.execute(
+                "SELECT office.add_routine_trigger(%s, '* * * * *',"
+                " next_run_at => %s::timestamptz)",
+                (routine, f"2001-01-0{1 + shard} 00:00:00+00"),
+            )
+    due = "SELECT trigger_id, next_run_at FROM office.due_routine_triggers(now(), %s)"
+    merged: list[Any] = []
+    for shard in topo.shards:
+        with psycopg.connect(shard) as conn:
+            merged += conn.execute(due, (1000,)).fetchall()
+    merged.sort(key=lambda r: (r[1], r[0].encode()))
+    assert px.execute(due, (3,)).fetchall() == merged[:3]
+    assert len(px.execute(due, (1000,)).fetchall()) == len(merged) >= 4
