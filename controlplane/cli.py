@@ -15,7 +15,7 @@ import logging
 
 import click
 
-from controlplane import cli_doctor, cli_observe, cli_queue, cli_run, cli_worker
+from controlplane import cli_cluster, cli_doctor, cli_observe, cli_queue, cli_run, cli_worker
 from controlplane.cli_base import Context, one_line_errors
 from controlplane.cli_db import db, migrate
 
@@ -38,7 +38,12 @@ def main(ctx: click.Context, dsn: str | None, debug: bool) -> None:
 
 main.add_command(migrate)
 main.add_command(db)
-for _command in (*cli_queue.COMMANDS, *cli_observe.COMMANDS, *cli_doctor.COMMANDS):
+for _command in (
+    *cli_queue.COMMANDS,
+    *cli_observe.COMMANDS,
+    *cli_doctor.COMMANDS,
+    *cli_cluster.COMMANDS,
+):
     main.add_command(_command)
 main.add_command(cli_run.run)
 main.add_command(cli_run.demo)

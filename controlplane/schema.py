@@ -114,6 +114,13 @@ def install_extension_files(extension_dir: Path) -> list[Path]:
             target = extension_dir / path.name
             shutil.copyfile(path, target)
             written.append(target)
+    # The proxy extension (docs/scale-out.md): harmless where PL/Proxy is absent,
+    # since only CREATE EXTENSION office_proxy needs it.
+    for path in sorted((sql_dir() / "proxy").glob("office_proxy*")):
+        if path.suffix in (".control", ".sql") and path.name != "proxy_base.sql":
+            target = extension_dir / path.name
+            shutil.copyfile(path, target)
+            written.append(target)
     return written
 
 

@@ -1,0 +1,76 @@
+"""``officectl cluster``: a scale-out cluster on PL/Proxy (docs/scale-out.md)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+from rich.table import Table
+
+from controlplane import cluster
+from controlplane.cli_base import json_option, one_line_errors, print_json, stdout
+
+
+@click.group("cluster")
+def cluster_group() -> None:
+    """A proxy database serving the office API over shard databases."""
+
+
+def _show(status: cluster.ClusterStatus, as_json: bool) -> None:
+    if as_json:
+        print_json(status)
+        return
+    table = Table(title=f"office cluster: {status.partitions} partitions", title_justify="left")
+    for column in ("shard", "partitions", "version", "agents", "tasks", "runs", "error"):
+        table.add_column(column, overflow="fold")
+    for s in status.shards:
+        table.add_row(
+            s.shard,
+            ",".join(map(str, s.partitions)),
+            s.version or "-",
+            *(str(v) if v is not None else "-" for v in (s.agents, s.tasks, s.runs)),
+            s.error or "",
+        )
+    stdout.print(table)
+    stdout.print(
+        "versions agree"
+        if status.versions_agree
+        else "PROBLEM: shards unreachable or on different versions"
+    )
+
+
+@cluster_group.command("init")
+@click.option("--proxy", "proxy", required=True, help="DSN of the proxy database.")
+@click.option("--shard", "shards", required=True, multiple=True, help="DSN of a shard (repeat).")
+@click.option("--partitions", type=int, default=None, help="A power of two (default 4).")
+@json_option
+@one_line_errors
+def init_command(
+    proxy: str, shards: tuple[str, ...], partitions: int | None, as_json: bool
+) -> None:
+    """Install office on every shard and office_proxy on the proxy, write server
+    office_cluster (partition p on shard p mod shards), its user mapping and grants."""
+    try:
+        status = cluster.init_cluster(proxy, list(shards), partitions)
+    except cluster.ClusterError as exc:
+        raise click.ClickException(str(exc)) from exc
+    _show(status, as_json)
+
+
+@cluster_group.command("status")
+@click.option("--proxy", "proxy", required=True, help="DSN of the proxy database.")
+@json_option
+@one_line_errors
+def status_command(proxy: str, as_json: bool) -> None:
+    """Partitions, shards, their versions and rows; exits 1 unless every shard
+    answers with one version."""
+    try:
+        status = cluster.cluster_status(proxy)
+    except cluster.ClusterError as exc:
+        raise click.ClickException(str(exc)) from exc
+    _show(status, as_json)
+    if not status.versions_agree:
+        sys.exit(1)
+
+
+COMMANDS = [cluster_group]

@@ -1,0 +1,177 @@
+"""A scale-out cluster: one proxy database (``office_proxy``) over shard
+databases (``office``), as API.md §8 and docs/scale-out.md describe.
+
+:func:`init_cluster` writes what a DBA would otherwise write by hand (both
+extensions, server ``office_cluster`` with partition ``p`` on shard
+``p % shards``, the user mapping, the grants) and checks that every shard runs
+one version; :func:`cluster_status` reads it back with the rows each shard
+holds.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from pydantic import BaseModel
+
+log = logging.getLogger(__name__)
+
+SERVER = "office_cluster"
+OFFICE_ROLES = ("office_producer", "office_worker", "office_reader", "office_admin")
+
+
+class ClusterError(RuntimeError):
+    """The cluster cannot be written or read as asked."""
+
+
+class ShardStatus(BaseModel):
+    shard: str  # the connection string, password masked
+    partitions: list[int]
+    version: str | None  # None when the shard cannot be reached
+    error: str | None
+    agents: int | None
+    tasks: int | None
+    runs: int | None
+
+
+class ClusterStatus(BaseModel):
+    partitions: int
+    shards: list[ShardStatus]
+    versions_agree: bool
+
+
+def _mask(connstr: str) -> str:
+    return re.sub(r"password=\S*", "password=***", connstr)
+
+
+def _version(dsn: str) -> str:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS office")
+        row = conn.execute("SELECT office.schema_version()").fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def init_cluster(proxy: str, shards: list[str], partitions: int | None = None) -> ClusterStatus:
+    """Install ``office`` on every shard and ``office_proxy`` on ``proxy`` with
+    server office_cluster over them. ``partitions`` (a power of two, at least
+    the number of shards; default 4 or the next power of two) can exceed the
+    shards, so a shard can later be split without rehashing a workspace."""
+    if not shards:
+        raise ClusterError("a cluster needs at least one --shard")
+    count = partitions or max(4, 1 << (len(shards) - 1).bit_length())
+    if count < len(shards) or count & (count - 1):
+        raise ClusterError(
+            f"--partitions must be a power of two >= the {len(shards)} shards, not {count}"
+        )
+    versions = {shard: _version(shard) for shard in shards}
+    if len(set(versions.values())) != 1:
+        raise ClusterError(f"the shards run different office versions: {versions}")
+    with psycopg.connect(proxy, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS office_proxy CASCADE")
+        existing = conn.execute(
+            "SELECT srvoptions FROM pg_foreign_server WHERE srvname = %s", (SERVER,)
+        ).fetchone()
+        wanted = [f"p{p}={shards[p % len(shards)]}" for p in range(count)]
+        if existing is not None:
+            if sorted(o for o in existing[0] if o.startswith("p")) != sorted(wanted):
+                raise ClusterError(
+                    f"server {SERVER} exists with other partitions; see docs/scale-out.md"
+                    " to move a partition"
+                )
+        else:
+            options = sql.SQL(", ").join(
+                sql.SQL("{} {}").format(
+                    sql.Identifier(f"p{p}"), sql.Literal(shards[p % len(shards)])
+                )
+                for p in range(count)
+            )
+            conn.execute(
+                sql.SQL("CREATE SERVER {} FOREIGN DATA WRAPPER plproxy OPTIONS ({})").format(
+                    sql.Identifier(SERVER), options
+                )
+            )
+            user = conn.execute("SELECT current_user").fetchone()
+            assert user is not None
+            conn.execute(
+                sql.SQL("CREATE USER MAPPING FOR PUBLIC SERVER {} OPTIONS (user {})").format(
+                    sql.Identifier(SERVER), sql.Literal(user[0])
+                )
+            )
+            conn.execute(
+                sql.SQL("GRANT USAGE ON FOREIGN SERVER {} TO {}").format(
+                    sql.Identifier(SERVER), sql.SQL(", ").join(map(sql.Identifier, OFFICE_ROLES))
+                )
+            )
+        row = conn.execute("SELECT office.schema_version()").fetchone()
+    log.info("cluster over %d shards, %d partitions, office %s", len(shards), count, row)
+    return cluster_status(proxy)
+
+
+def _shard_status(connstr: str, user: str | None, parts: list[int]) -> ShardStatus:
+    dsn = connstr if user is None or "user=" in connstr else f"{connstr} user={user}"
+    try:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+            row: Any = conn.execute(
+                "SELECT office.schema_version(),"
+                " (SELECT count(*) FROM office.agent_profiles),"
+                " (SELECT count(*) FROM office.tasks), (SELECT count(*) FROM office.runs)"
+            ).fetchone()
+    except psycopg.Error as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return ShardStatus(
+            shard=_mask(connstr),
+            partitions=parts,
+            version=None,
+            error=first,
+            agents=None,
+            tasks=None,
+            runs=None,
+        )
+    return ShardStatus(
+        shard=_mask(connstr),
+        partitions=parts,
+        version=row[0],
+        error=None,
+        agents=row[1],
+        tasks=row[2],
+        runs=row[3],
+    )
+
+
+def shard_connstrs(proxy: str) -> tuple[list[tuple[str, list[int]]], str | None]:
+    """The shard connection strings of office_cluster with their partitions,
+    and the user of the PUBLIC (or current user's) mapping."""
+    with psycopg.connect(proxy, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT s.srvoptions,"
+            " (SELECT o FROM pg_user_mappings m, unnest(m.umoptions) o"
+            "   WHERE m.srvid = s.oid AND o LIKE 'user=%%' ORDER BY m.usename = 'public' LIMIT 1)"
+            " FROM pg_foreign_server s WHERE s.srvname = %s",
+            (SERVER,),
+        ).fetchone()
+    if row is None:
+        raise ClusterError(f"no server {SERVER} on this database: run officectl cluster init")
+    shards: dict[str, list[int]] = {}
+    for option in row[0]:
+        name, _, value = option.partition("=")
+        if name[:1] == "p" and name[1:].isdigit():
+            shards.setdefault(value, []).append(int(name[1:]))
+    user = row[1].partition("=")[2] if row[1] else None
+    return [(c, sorted(p)) for c, p in shards.items()], user
+
+
+def cluster_status(proxy: str) -> ClusterStatus:
+    """Partitions, shards, versions and rows per shard of the proxy's cluster."""
+    shards, user = shard_connstrs(proxy)
+    statuses = [_shard_status(connstr, user, parts) for connstr, parts in shards]
+    versions = {s.version for s in statuses}
+    return ClusterStatus(
+        partitions=sum(len(p) for _, p in shards),
+        shards=statuses,
+        versions_agree=len(versions) == 1 and None not in versions,
+    )

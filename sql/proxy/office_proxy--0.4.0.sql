@@ -1,0 +1,1757 @@
+-- office_proxy: the routing core, written by hand. The public functions that
+-- follow it in office_proxy--<version>.sql are generated from a shard's
+-- catalog by controlplane/proxy.py (python -m controlplane.proxy), so their
+-- names, parameters, defaults, result types, comments and grants are the
+-- shard's. Routing and merging are explained in docs/scale-out.md.
+\echo Use "CREATE EXTENSION office_proxy CASCADE" to load this file. \quit
+
+COMMENT ON SCHEMA office IS 'office API on a PL/Proxy proxy: every call runs on the shards of server office_cluster';
+
+-- The proxy has the four office roles too (cluster-wide; a proxy in the
+-- shards' cluster finds them already there).
+DO $roles$
+DECLARE
+    r text;
+BEGIN
+    FOREACH r IN ARRAY ARRAY['office_producer', 'office_worker', 'office_reader', 'office_admin'] LOOP
+        IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = r) THEN
+            BEGIN
+                EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', r);
+            EXCEPTION WHEN duplicate_object OR unique_violation THEN
+                NULL;  -- created concurrently by another installer
+            END;
+        END IF;
+    END LOOP;
+    IF NOT pg_catalog.pg_has_role('office_admin', 'office_producer', 'MEMBER') THEN
+        GRANT office_producer, office_worker, office_reader TO office_admin;
+    END IF;
+END
+$roles$;
+REVOKE ALL ON SCHEMA office FROM PUBLIC;
+GRANT USAGE ON SCHEMA office TO office_producer, office_worker, office_reader, office_admin;
+
+-- The partitions of office_cluster, read from its SQL/MED options so that
+-- `officectl cluster init` (or a DBA) only writes the server.
+CREATE FUNCTION office._partitions() RETURNS integer
+    LANGUAGE sql STABLE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT pg_catalog.count(*)::integer
+      FROM pg_catalog.pg_foreign_server s, pg_catalog.unnest(s.srvoptions) AS o(opt)
+     WHERE s.srvname = 'office_cluster' AND o.opt ~ '^p[0-9]+='
+$$;
+COMMENT ON FUNCTION office._partitions() IS
+    'Internal: the number of partitions (p0, p1, ... options) of server office_cluster.';
+
+-- A NULL workspace goes to partition 0, whose shard then refuses it with its
+-- own SQLSTATE (a NULL hash would be PL/Proxy''s XX000 instead).
+CREATE FUNCTION office._partition(workspace_id text) RETURNS integer
+    LANGUAGE sql STABLE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(pg_catalog.hashtext(workspace_id) & (office._partitions() - 1), 0)
+$$;
+COMMENT ON FUNCTION office._partition(text) IS
+    'The partition of a workspace: hashtext(workspace_id) & (partitions - 1) (API.md §8).';
+
+-- One partition per shard database: partitions naming the same connection
+-- string are one database, asked once.
+CREATE FUNCTION office._shards() RETURNS TABLE(part integer, shard text)
+    LANGUAGE sql STABLE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT pg_catalog.min(p.part), p.connstr
+      FROM (SELECT pg_catalog.substr(pg_catalog.split_part(o.opt, '=', 1), 2)::integer AS part,
+                   pg_catalog.substr(o.opt, pg_catalog.strpos(o.opt, '=') + 1) AS connstr
+              FROM pg_catalog.pg_foreign_server s, pg_catalog.unnest(s.srvoptions) AS o(opt)
+             WHERE s.srvname = 'office_cluster' AND o.opt ~ '^p[0-9]+=') p
+     GROUP BY p.connstr
+     ORDER BY 1
+$$;
+COMMENT ON FUNCTION office._shards() IS
+    'Internal: the shard databases of office_cluster, each with its lowest partition.';
+
+-- A shard's name in error messages: its connection string without a password.
+CREATE FUNCTION office._shard_name(shard text) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT pg_catalog.regexp_replace(shard, 'password=\S*', 'password=***', 'g')
+$$;
+COMMENT ON FUNCTION office._shard_name(text) IS
+    'Internal: a shard connection string fit for an error message (password masked).';
+
+-- Where an entity lives, asked of one shard: its workspace, or no row. The
+-- kinds are the entities API.md §8 routes by id. (Argument names must not
+-- match a column: PL/Proxy substitutes them into the SELECT.)
+CREATE FUNCTION office._locate(_part integer, _kind text, _eid text) RETURNS SETOF text
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT a.workspace_id FROM office.agent_profiles a WHERE $2 = 'agent' AND a.id = $3
+    UNION ALL SELECT t.workspace_id FROM office.tasks t WHERE $2 = 'task' AND t.id = $3
+    UNION ALL SELECT r.workspace_id FROM office.routines r WHERE $2 = 'routine' AND r.id = $3
+    UNION ALL SELECT r.workspace_id FROM office.routine_triggers g JOIN office.routines r ON r.id = g.routine_id
+               WHERE $2 = 'trigger' AND g.id = $3
+    UNION ALL SELECT r.workspace_id FROM office.routine_runs x JOIN office.routines r ON r.id = x.routine_id
+               WHERE $2 = 'routine_run' AND x.id = $3
+    UNION ALL SELECT a.workspace_id FROM office.runs x JOIN office.agent_profiles a ON a.id = x.agent_profile_id
+               WHERE $2 = 'run' AND x.id = $3
+    UNION ALL SELECT a.workspace_id FROM office.wakeup_requests x JOIN office.agent_profiles a ON a.id = x.agent_profile_id
+               WHERE $2 = 'wakeup' AND x.id = $3;
+$$;
+COMMENT ON FUNCTION office._locate(integer, text, text) IS
+    'Internal: the workspace of one entity (agent, task, routine, trigger, routine_run, run, wakeup) on the shard of a partition.';
+
+-- The workspace of an entity, found by asking the shards in turn (no
+-- directory on the proxy: nothing to roll back, nothing to rebuild); NULL
+-- for an id no shard knows. A shard that cannot be asked is skipped; if the
+-- id is found nowhere else the call fails with 08006 naming the shard, since
+-- the entity may live there.
+CREATE FUNCTION office._workspace_of(kind text, entity_id text) RETURNS text
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s record;
+    v_ws text;
+    v_down text[] := '{}';
+BEGIN
+    IF entity_id IS NULL THEN
+        RETURN NULL;
+    END IF;
+    FOR s IN SELECT * FROM office._shards() LOOP
+        BEGIN
+            SELECT l INTO v_ws FROM office._locate(s.part, kind, entity_id) AS l LIMIT 1;
+        EXCEPTION WHEN OTHERS THEN
+            v_down := v_down || office._shard_name(s.shard);
+            CONTINUE;
+        END;
+        IF FOUND THEN
+            RETURN v_ws;
+        END IF;
+    END LOOP;
+    IF pg_catalog.cardinality(v_down) > 0 THEN
+        RAISE EXCEPTION USING ERRCODE = '08006',
+            MESSAGE = pg_catalog.format('office_proxy: cannot locate %s %s: shard %s unreachable',
+                                        kind, entity_id, pg_catalog.array_to_string(v_down, ', '));
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION office._workspace_of(text, text) IS
+    'The workspace of an entity (kind agent, task, routine, trigger, routine_run, run, wakeup) by its id, asked of the shards in turn; NULL for an id no shard knows; 08006 naming the shard when it may live on an unreachable one.';
+
+-- An id no shard knows goes to partition 0, whose shard answers as one
+-- database would (its outcome word or its SQLSTATE).
+CREATE FUNCTION office._route(kind text, entity_id text) RETURNS integer
+    LANGUAGE sql STABLE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(office._partition(office._workspace_of(kind, entity_id)), 0)
+$$;
+COMMENT ON FUNCTION office._route(text, text) IS
+    'The partition of an entity by its id (office._workspace_of); 0 for an id no shard knows.';
+
+-- The partition of a call's workspace, after the checks one database makes
+-- across workspaces that a shard cannot make about another shard: checks is
+-- {kind, id, sqlstate, ...}; an entity of another partition is refused with
+-- that SQLSTATE (OFW01 for a reference across workspaces, 23505 for an
+-- explicit id that exists). Two concurrent calls on two shards can still
+-- both pass (no lock spans shards), and a check against an unreachable shard
+-- is skipped with a WARNING: docs/scale-out.md.
+CREATE FUNCTION office._checked_partition(workspace_id text, checks text[]) RETURNS integer
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_part integer := office._partition(workspace_id);
+    v_other text;
+    i integer;
+BEGIN
+    IF workspace_id IS NULL THEN
+        RETURN v_part;
+    END IF;
+    FOR i IN 1 .. pg_catalog.cardinality(checks) / 3 LOOP
+        CONTINUE WHEN coalesce(checks[3 * i - 1], '') = '';
+        BEGIN
+            v_other := office._workspace_of(checks[3 * i - 2], checks[3 * i - 1]);
+        EXCEPTION WHEN SQLSTATE '08006' THEN
+            -- A stopped shard must not stop the others' workspaces: the check
+            -- is skipped (docs/scale-out.md, failure semantics).
+            RAISE WARNING '%, check skipped', SQLERRM;
+            CONTINUE;
+        END;
+        IF v_other IS NOT NULL AND office._partition(v_other) <> v_part THEN
+            RAISE EXCEPTION USING ERRCODE = checks[3 * i],
+                MESSAGE = pg_catalog.format('%s %L is of workspace %L, not of workspace %L',
+                                            checks[3 * i - 2], checks[3 * i - 1], v_other, workspace_id);
+        END IF;
+    END LOOP;
+    RETURN v_part;
+END
+$$;
+COMMENT ON FUNCTION office._checked_partition(text, text[]) IS
+    'Internal: the partition of a workspace after refusing entities of other partitions (checks: kind, id, sqlstate triples).';
+
+-- Generated by controlplane/proxy.py from a shard's catalog: do not edit.
+
+CREATE TYPE office.agent_profiles AS (
+    id text,
+    workspace_id text,
+    name text,
+    status text,
+    created_at timestamp with time zone,
+    updated_at timestamp with time zone
+);
+CREATE TYPE office.assign_result AS (
+    assignment_generation bigint,
+    interrupt boolean,
+    outcome text,
+    dedup_kind text,
+    run_id text
+);
+CREATE TYPE office.dispatch_routine_result AS (
+    routine_run_id text,
+    status text,
+    linked_task_id text,
+    coalesced_into_run_id text,
+    wakeup_request_id text,
+    wakeup_outcome text,
+    run_id text,
+    idempotency_key text,
+    error_message text,
+    workspace_id text
+);
+CREATE TYPE office.enqueue_result AS (
+    outcome text,
+    dedup_kind text,
+    run_id text
+);
+CREATE TYPE office.events AS (
+    id bigint,
+    topic text,
+    task_id text,
+    payload jsonb,
+    created_at timestamp with time zone,
+    processed_at timestamp with time zone,
+    claimed_by text,
+    claimed_at timestamp with time zone,
+    visible_at timestamp with time zone,
+    deliveries integer
+);
+CREATE TYPE office.reconcile_result AS (
+    parent_task_id text,
+    delivered boolean,
+    operation_id text,
+    outcome text,
+    dedup_kind text,
+    run_id text,
+    skipped_reason text
+);
+CREATE TYPE office.routine_tick_result AS (
+    claimed boolean,
+    routine_run_id text,
+    status text,
+    linked_task_id text,
+    coalesced_into_run_id text,
+    wakeup_request_id text,
+    wakeup_outcome text,
+    run_id text,
+    idempotency_key text,
+    error_message text,
+    workspace_id text,
+    error_sqlstate text
+);
+CREATE TYPE office.routine_triggers AS (
+    id text,
+    routine_id text,
+    kind text,
+    cron_expression text,
+    timezone text,
+    next_run_at timestamp with time zone,
+    last_fired_at timestamp with time zone,
+    enabled boolean,
+    created_at timestamp with time zone,
+    updated_at timestamp with time zone
+);
+CREATE TYPE office.routines AS (
+    id text,
+    workspace_id text,
+    name text,
+    task_template jsonb,
+    assignee_agent_profile_id text,
+    concurrency_policy text,
+    catch_up_policy text,
+    catch_up_max integer,
+    variables jsonb,
+    status text,
+    last_run_at timestamp with time zone,
+    created_at timestamp with time zone,
+    updated_at timestamp with time zone
+);
+CREATE TYPE office.runs AS (
+    id text,
+    agent_profile_id text,
+    reason text,
+    payload jsonb,
+    status text,
+    coalesced_count integer,
+    idempotency_key text,
+    task_id text,
+    context_snapshot jsonb,
+    attempt integer,
+    claimed_by text,
+    retry_count integer,
+    scheduled_retry_at timestamp with time zone,
+    error_message text,
+    cancel_reason text,
+    requested_at timestamp with time zone,
+    claimed_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    entry_triggered boolean,
+    heartbeat_at timestamp with time zone
+);
+CREATE TYPE office.task_result AS (
+    task_id text,
+    assignment_generation bigint,
+    outcome text,
+    dedup_kind text,
+    run_id text
+);
+CREATE TYPE office.tasks AS (
+    id text,
+    workspace_id text,
+    parent_id text,
+    workflow_step_id text,
+    title text,
+    state text,
+    assignee_agent_profile_id text,
+    assignment_generation bigint,
+    is_office boolean,
+    is_ephemeral boolean,
+    archived_at timestamp with time zone,
+    created_at timestamp with time zone,
+    updated_at timestamp with time zone
+);
+CREATE TYPE office.wakeup_dispatch_result AS (
+    status text,
+    run_id text
+);
+CREATE TYPE office.wakeup_result AS (
+    outcome text,
+    dedup_kind text,
+    wakeup_request_id text
+);
+
+CREATE FUNCTION office.ack_events(ids bigint[]) RETURNS integer
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = '0A000',
+        MESSAGE = 'office_proxy: office.ack_events is not served through the proxy yet; call it on the shards (docs/scale-out.md)';
+END
+$fn$;
+COMMENT ON FUNCTION office.ack_events(ids bigint[]) IS
+    'Marks the events processed; returns how many were acknowledged now (unknown or already processed ids do not count).';
+REVOKE EXECUTE ON FUNCTION office.ack_events(ids bigint[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.ack_events(ids bigint[]) TO office_admin, office_worker;
+
+CREATE FUNCTION office._on_add_blocker(_part integer, _a1 text, _a2 text) RETURNS void
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT office.add_blocker($2, $3) AS add_blocker;
+$$;
+COMMENT ON FUNCTION office._on_add_blocker(integer, text, text) IS
+    'Internal: office.add_blocker on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_add_blocker(integer, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_add_blocker(integer, text, text) TO office_admin, office_producer;
+CREATE FUNCTION office.add_blocker(task_id text, blocker_task_id text) RETURNS void
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT office._on_add_blocker(office._checked_partition(office._workspace_of('task', $1), ARRAY['task', $2, 'OFW01']), $1, $2)
+$fn$;
+COMMENT ON FUNCTION office.add_blocker(task_id text, blocker_task_id text) IS
+    'blocker_task_id now blocks task_id. Self-block or an edge closing a cycle (any length) 22023, unknown task OFT01, tasks of two workspaces OFW01, an existing edge is a no-op.';
+REVOKE EXECUTE ON FUNCTION office.add_blocker(task_id text, blocker_task_id text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.add_blocker(task_id text, blocker_task_id text) TO office_admin, office_producer;
+
+CREATE FUNCTION office._on_add_routine_trigger(_part integer, _a1 text, _a2 text, _a3 text, _a4 timestamp with time zone, _a5 text) RETURNS office.routine_triggers
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT * FROM office.add_routine_trigger($2, $3, $4, $5, $6);
+$$;
+COMMENT ON FUNCTION office._on_add_routine_trigger(integer, text, text, text, timestamp with time zone, text) IS
+    'Internal: office.add_routine_trigger on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_add_routine_trigger(integer, text, text, text, timestamp with time zone, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_add_routine_trigger(integer, text, text, text, timestamp with time zone, text) TO office_admin, office_producer;
+CREATE FUNCTION office.add_routine_trigger(routine_id text, cron_expression text, timezone text DEFAULT 'UTC'::text, next_run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, id text DEFAULT NULL::text) RETURNS office.routine_triggers
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT * FROM office._on_add_routine_trigger(office._route('routine', $1), $1, $2, $3, $4, $5)
+$fn$;
+COMMENT ON FUNCTION office.add_routine_trigger(routine_id text, cron_expression text, timezone text, next_run_at timestamp with time zone, id text) IS
+    'Adds an enabled cron trigger to a routine (NULL id: generated). next_run_at is the first tick to claim; NULL leaves the trigger to be armed by the cron loop (controlplane.routines.fire_due). Invalid cron expression (or one over 200 characters) or time zone, a next_run_at outside 1970-01-01 .. 9999-12-31 22023 naming it; an explicit id that exists 23505; unknown routine OFR01.';
+REVOKE EXECUTE ON FUNCTION office.add_routine_trigger(routine_id text, cron_expression text, timezone text, next_run_at timestamp with time zone, id text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.add_routine_trigger(routine_id text, cron_expression text, timezone text, next_run_at timestamp with time zone, id text) TO office_admin, office_producer;
+
+CREATE FUNCTION office._on_archive_task(_part integer, _a1 text) RETURNS office.tasks
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT * FROM office.archive_task($2);
+$$;
+COMMENT ON FUNCTION office._on_archive_task(integer, text) IS
+    'Internal: office.archive_task on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_archive_task(integer, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_archive_task(integer, text) TO office_admin, office_producer;
+CREATE FUNCTION office.archive_task(task_id text) RETURNS office.tasks
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT * FROM office._on_archive_task(office._route('task', $1), $1)
+$fn$;
+COMMENT ON FUNCTION office.archive_task(task_id text) IS
+    'Sets archived_at (kept when already archived). Unknown task OFT01.';
+REVOKE EXECUTE ON FUNCTION office.archive_task(task_id text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.archive_task(task_id text) TO office_admin, office_producer;
+
+CREATE FUNCTION office._on_assign_task(_part integer, _a1 text, _a2 text, _a3 text, _a4 text) RETURNS office.assign_result
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT * FROM office.assign_task($2, $3, $4, $5);
+$$;
+COMMENT ON FUNCTION office._on_assign_task(integer, text, text, text, text) IS
+    'Internal: office.assign_task on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_assign_task(integer, text, text, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_assign_task(integer, text, text, text, text) TO office_admin, office_producer;
+CREATE FUNCTION office.assign_task(task_id text, assignee_agent_profile_id text, actor_id text DEFAULT NULL::text, actor_type text DEFAULT 'user'::text) RETURNS office.assign_result
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT * FROM office._on_assign_task(office._checked_partition(office._workspace_of('task', $1), ARRAY['agent', $2, 'OFW01']), $1, $2, $3, $4)
+$fn$;
+COMMENT ON FUNCTION office.assign_task(task_id text, assignee_agent_profile_id text, actor_id text, actor_type text) IS
+    'Writes the assignee (NULL or '''' unassigns): the generation goes up by one and the value this call committed is returned; interrupt when a different, non-empty assignee is replaced; an Office task with an assignee gets a task_assigned run keyed assignment_key(task, assignee, generation) (skipped when the agent does not accept runs). Unknown task OFT01, unknown agent OFA01, an agent of another workspace OFW01, bad actor_type or an actor_id over 200 characters 22023.';
+REVOKE EXECUTE ON FUNCTION office.assign_task(task_id text, assignee_agent_profile_id text, actor_id text, actor_type text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.assign_task(task_id text, assignee_agent_profile_id text, actor_id text, actor_type text) TO office_admin, office_producer;
+
+CREATE FUNCTION office.assignment_key(task_id text, agent_profile_id text, generation bigint)
+ RETURNS text
+ LANGUAGE plpgsql
+ IMMUTABLE PARALLEL SAFE STRICT
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF task_id = '' THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('office.assignment_key: task_id must not be empty (got %L)', task_id);
+    END IF;
+    IF agent_profile_id = '' THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('office.assignment_key: agent_profile_id must not be empty (got %L)',
+                             agent_profile_id);
+    END IF;
+    IF generation < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('office.assignment_key: generation must not be negative (got %s)',
+                             generation);
+    END IF;
+    RETURN 'task_assigned:' || task_id || ':' || agent_profile_id || ':' || generation::text;
+END
+$function$;
+COMMENT ON FUNCTION office.assignment_key(task_id text, agent_profile_id text, generation bigint) IS
+    'Run key of an assignment occurrence: task_assigned:<task_id>:<agent_profile_id>:<generation> (DOMAIN.md §3.1). NULL in, NULL out; empty id or negative generation is 22023.';
+REVOKE EXECUTE ON FUNCTION office.assignment_key(task_id text, agent_profile_id text, generation bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.assignment_key(task_id text, agent_profile_id text, generation bigint) TO office_admin, office_producer, office_reader, office_worker;
+
+CREATE FUNCTION office.blocker_digest(blocker_ids text[])
+ RETURNS text
+ LANGUAGE plpgsql
+ IMMUTABLE PARALLEL SAFE STRICT
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    bad_position bigint;
+    bad_value text;
+    joined text;
+BEGIN
+    IF array_ndims(blocker_ids) > 1 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('office.blocker_digest: blocker_ids must be one-dimensional (got %L)',
+                             blocker_ids::text);
+    END IF;
+    SELECT u.position, u.blocker_id INTO bad_position, bad_value
+      FROM unnest(blocker_ids) WITH ORDINALITY AS u(blocker_id, position)
+     WHERE u.blocker_id IS NULL OR u.blocker_id = ''
+     ORDER BY u.position
+     LIMIT 1;
+    IF bad_position IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('office.blocker_digest: blocker_ids element %s must be a non-empty id '
+                             '(got %s in blocker_ids %L)',
+                             bad_position, quote_nullable(bad_value), blocker_ids::text);
+    END IF;
+    SELECT string_agg(u.blocker_id, ',' ORDER BY u.blocker_id COLLATE "C") INTO joined
+      FROM unnest(blocker_ids) AS u(blocker_id);
+    RETURN encode(sha256(convert_to(coalesce(joined, ''), 'UTF8')), 'hex');
+END
+$function$;
+COMMENT ON FUNCTION office.blocker_digest(blocker_ids text[]) IS
+    'Lowercase hex SHA-256 of the blocker ids sorted bytewise (COLLATE "C") and joined with "," (DOMAIN.md §3.2). An empty array is the digest of the empty string; an empty or NULL element is 22023.';
+REVOKE EXECUTE ON FUNCTION office.blocker_digest(blocker_ids text[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.blocker_digest(blocker_ids text[]) TO office_admin, office_producer, office_reader, office_worker;
+
+CREATE FUNCTION office.blockers_resolved_key(blocked_task_id text, blocker_ids text[])
+ RETURNS text
+ LANGUAGE plpgsql
+ IMMUTABLE PARALLEL SAFE STRICT
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF blocked_task_id = '' THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('office.blockers_resolved_key: blocked_task_id must not be empty (got %L)',
+                             blocked_task_id);
+    END IF;
+    RETURN 'blockers_resolved:' || blocked_task_id || ':' || office.blocker_digest(blocker_ids);
+END
+$function$;
+COMMENT ON FUNCTION office.blockers_resolved_key(blocked_task_id text, blocker_ids text[]) IS
+    'Engine operation id of a blockers-resolved wave: blockers_resolved:<blocked_task_id>:<blocker_digest(blocker_ids)> (DOMAIN.md §3.3).';
+REVOKE EXECUTE ON FUNCTION office.blockers_resolved_key(blocked_task_id text, blocker_ids text[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.blockers_resolved_key(blocked_task_id text, blocker_ids text[]) TO office_admin, office_producer, office_reader, office_worker;
+
+CREATE FUNCTION office._on_cancel_run(_part integer, _a1 text, _a2 text) RETURNS boolean
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT office.cancel_run($2, $3) AS cancel_run;
+$$;
+COMMENT ON FUNCTION office._on_cancel_run(integer, text, text) IS
+    'Internal: office.cancel_run on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_cancel_run(integer, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_cancel_run(integer, text, text) TO office_admin, office_worker;
+CREATE FUNCTION office.cancel_run(run_id text, reason text) RETURNS boolean
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT office._on_cancel_run(office._route('run', $1), $1, $2)
+$fn$;
+COMMENT ON FUNCTION office.cancel_run(run_id text, reason text) IS
+    'queued|claimed -> cancelled with cancel_reason; a finished, failed or cancelled run is untouched (false). reason over 64 KiB 22023.';
+REVOKE EXECUTE ON FUNCTION office.cancel_run(run_id text, reason text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.cancel_run(run_id text, reason text) TO office_admin, office_worker;
+
+CREATE FUNCTION office._on_child_generation(_part integer, _a1 text) RETURNS text
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT office.child_generation($2) AS child_generation;
+$$;
+COMMENT ON FUNCTION office._on_child_generation(integer, text) IS
+    'Internal: office.child_generation on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_child_generation(integer, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_child_generation(integer, text) TO office_admin, office_reader;
+CREATE FUNCTION office.child_generation(parent_task_id text) RETURNS text
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT office._on_child_generation(office._route('task', $1), $1)
+$fn$;
+COMMENT ON FUNCTION office.child_generation(parent_task_id text) IS
+    'second_precision_text(max(updated_at)) over the non-archived children of the parent (UTC); '''' if none (DOMAIN.md §2.19).';
+REVOKE EXECUTE ON FUNCTION office.child_generation(parent_task_id text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.child_generation(parent_task_id text) TO office_admin, office_reader;
+
+CREATE FUNCTION office._on_child_set_key(_part integer, _a1 text) RETURNS text
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT office.child_set_key($2) AS child_set_key;
+$$;
+COMMENT ON FUNCTION office._on_child_set_key(integer, text) IS
+    'Internal: office.child_set_key on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_child_set_key(integer, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_child_set_key(integer, text) TO office_admin, office_reader;
+CREATE FUNCTION office.child_set_key(parent_task_id text) RETURNS text
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT office._on_child_set_key(office._route('task', $1), $1)
+$fn$;
+COMMENT ON FUNCTION office.child_set_key(parent_task_id text) IS
+    'id:STATE of the non-archived children of the parent, ordered by id (bytewise), joined with ","; '''' if none (DOMAIN.md §3.4).';
+REVOKE EXECUTE ON FUNCTION office.child_set_key(parent_task_id text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.child_set_key(parent_task_id text) TO office_admin, office_reader;
+
+CREATE FUNCTION office.claim_events(consumer text, max_rows integer DEFAULT 100, visibility interval DEFAULT '00:00:30'::interval) RETURNS SETOF office.events
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = '0A000',
+        MESSAGE = 'office_proxy: office.claim_events is not served through the proxy yet; call it on the shards (docs/scale-out.md)';
+END
+$fn$;
+COMMENT ON FUNCTION office.claim_events(consumer text, max_rows integer, visibility interval) IS
+    'Claims up to max_rows pending events, oldest first, for consumer (recorded for diagnosis), hiding them from other claimers for visibility; never waits for and never shares an event with a concurrent claimer. An event not acknowledged in time is claimable again; one set aside (office.poison, loop subscriber) is not, until it is released.';
+REVOKE EXECUTE ON FUNCTION office.claim_events(consumer text, max_rows integer, visibility interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.claim_events(consumer text, max_rows integer, visibility interval) TO office_admin, office_worker;
+
+CREATE FUNCTION office._on_claim_routine_tick(_part integer, _a1 text, _a2 timestamp with time zone, _a3 timestamp with time zone) RETURNS boolean
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT office.claim_routine_tick($2, $3, $4) AS claim_routine_tick;
+$$;
+COMMENT ON FUNCTION office._on_claim_routine_tick(integer, text, timestamp with time zone, timestamp with time zone) IS
+    'Internal: office.claim_routine_tick on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_claim_routine_tick(integer, text, timestamp with time zone, timestamp with time zone) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_claim_routine_tick(integer, text, timestamp with time zone, timestamp with time zone) TO office_admin, office_producer, office_worker;
+CREATE FUNCTION office.claim_routine_tick(trigger_id text, observed_next_run_at timestamp with time zone, following_next_run_at timestamp with time zone) RETURNS boolean
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT office._on_claim_routine_tick(office._route('trigger', $1), $1, $2, $3)
+$fn$;
+COMMENT ON FUNCTION office.claim_routine_tick(trigger_id text, observed_next_run_at timestamp with time zone, following_next_run_at timestamp with time zone) IS
+    'Compare-and-swap on next_run_at: if the enabled trigger''s next_run_at is still observed_next_run_at, advance it to following_next_run_at (stamping last_fired_at) and return true; of N concurrent claimers of one tick exactly one wins. Observed NULL arms an unarmed trigger. A NULL following tick, one not later than the observed one, or a time outside 1970-01-01 .. 9999-12-31 22023; unknown trigger OFR01.';
+REVOKE EXECUTE ON FUNCTION office.claim_routine_tick(trigger_id text, observed_next_run_at timestamp with time zone, following_next_run_at timestamp with time zone) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.claim_routine_tick(trigger_id text, observed_next_run_at timestamp with time zone, following_next_run_at timestamp with time zone) TO office_admin, office_producer, office_worker;
+
+CREATE FUNCTION office._on_claim_run(_part integer, _a1 text, _a2 text) RETURNS SETOF office.runs
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT * FROM office.claim_run($2, $3);
+$$;
+COMMENT ON FUNCTION office._on_claim_run(integer, text, text) IS
+    'Internal: office.claim_run on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_claim_run(integer, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_claim_run(integer, text, text) TO office_admin, office_worker;
+CREATE FUNCTION office.claim_run(worker_id text DEFAULT NULL::text, agent_profile_id text DEFAULT NULL::text) RETURNS SETOF office.runs
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    s record;
+BEGIN
+    IF $2 IS NOT NULL THEN
+        RETURN QUERY SELECT * FROM office._on_claim_run(office._route('agent', $2), $1, $2);
+        RETURN;
+    END IF;
+    FOR s IN SELECT * FROM office._shards() LOOP
+        BEGIN
+            RETURN QUERY SELECT * FROM office._on_claim_run(s.part, $1, $2);
+            IF FOUND THEN RETURN; END IF;
+        EXCEPTION WHEN OTHERS THEN
+            IF SQLSTATE NOT LIKE '08%' THEN RAISE; END IF;
+            RAISE WARNING 'office_proxy: shard % skipped: %',
+                office._shard_name(s.shard), SQLERRM;
+        END;
+    END LOOP;
+END
+$fn$;
+COMMENT ON FUNCTION office.claim_run(worker_id text, agent_profile_id text) IS
+    'Claims the oldest due queued run (optionally of one agent) whose agent accepts runs and has no claimed run: status claimed, claimed_at and heartbeat_at now, attempt + 1. 0 or 1 row; never waits for or fails because of another claimer; its cost does not grow with the backlog of agents holding a claim. worker_id over 200 characters or with a control character 22023.';
+REVOKE EXECUTE ON FUNCTION office.claim_run(worker_id text, agent_profile_id text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.claim_run(worker_id text, agent_profile_id text) TO office_admin, office_worker;
+
+CREATE FUNCTION office._on_close_routine_run(_part integer, _a1 text, _a2 text) RETURNS boolean
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT office.close_routine_run($2, $3) AS close_routine_run;
+$$;
+COMMENT ON FUNCTION office._on_close_routine_run(integer, text, text) IS
+    'Internal: office.close_routine_run on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_close_routine_run(integer, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_close_routine_run(integer, text, text) TO office_admin, office_producer, office_worker;
+CREATE FUNCTION office.close_routine_run(routine_run_id text, terminal text) RETURNS boolean
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT office._on_close_routine_run(office._route('routine_run', $1), $1, $2)
+$fn$;
+COMMENT ON FUNCTION office.close_routine_run(routine_run_id text, terminal text) IS
+    'The conditional close: terminal done|failed|missing (-> failed)|cancelled sets the status and completed_at only while the run is task_created; true if this call closed it. Unknown terminal 22023, unknown run OFR01.';
+REVOKE EXECUTE ON FUNCTION office.close_routine_run(routine_run_id text, terminal text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.close_routine_run(routine_run_id text, terminal text) TO office_admin, office_producer, office_worker;
+
+CREATE FUNCTION office._on_create_routine(_part integer, _a1 text, _a2 text, _a3 jsonb, _a4 text, _a5 text, _a6 jsonb, _a7 text, _a8 text, _a9 integer) RETURNS office.routines
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT * FROM office.create_routine($2, $3, $4, $5, $6, $7, $8, $9, $10);
+$$;
+COMMENT ON FUNCTION office._on_create_routine(integer, text, text, jsonb, text, text, jsonb, text, text, integer) IS
+    'Internal: office.create_routine on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_create_routine(integer, text, text, jsonb, text, text, jsonb, text, text, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_create_routine(integer, text, text, jsonb, text, text, jsonb, text, text, integer) TO office_admin, office_producer;
+CREATE FUNCTION office.create_routine(workspace_id text, name text, task_template jsonb DEFAULT '{}'::jsonb, assignee_agent_profile_id text DEFAULT NULL::text, concurrency_policy text DEFAULT 'skip_if_active'::text, variables jsonb DEFAULT '{}'::jsonb, id text DEFAULT NULL::text, catch_up_policy text DEFAULT 'enqueue_missed_with_cap'::text, catch_up_max integer DEFAULT 25) RETURNS office.routines
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT * FROM office._on_create_routine(office._checked_partition($1, ARRAY['routine', $7, '23505', 'agent', $4, 'OFW01']), $1, $2, $3, $4, $5, $6, $7, $8, $9)
+$fn$;
+COMMENT ON FUNCTION office.create_routine(workspace_id text, name text, task_template jsonb, assignee_agent_profile_id text, concurrency_policy text, variables jsonb, id text, catch_up_policy text, catch_up_max integer) IS
+    'Creates an active routine (NULL id: generated). A template {"title", "description"} with a non-empty title makes it heavy (fires create tasks), else lightweight (fires wake the assignee); variables declares {name: {"default": value}}. Unknown policy, bad id/template/variables, a name, title or description over 64 KiB, a template or variables over 1 MiB 22023; an explicit id that exists 23505; unknown assignee OFA01, an assignee of another workspace OFW01.';
+REVOKE EXECUTE ON FUNCTION office.create_routine(workspace_id text, name text, task_template jsonb, assignee_agent_profile_id text, concurrency_policy text, variables jsonb, id text, catch_up_policy text, catch_up_max integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.create_routine(workspace_id text, name text, task_template jsonb, assignee_agent_profile_id text, concurrency_policy text, variables jsonb, id text, catch_up_policy text, catch_up_max integer) TO office_admin, office_producer;
+
+CREATE FUNCTION office._on_create_task(_part integer, _a1 text, _a2 text, _a3 text, _a4 text, _a5 text, _a6 text, _a7 text, _a8 boolean, _a9 boolean) RETURNS office.task_result
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT * FROM office.create_task($2, $3, $4, $5, $6, $7, $8, $9, $10);
+$$;
+COMMENT ON FUNCTION office._on_create_task(integer, text, text, text, text, text, text, text, boolean, boolean) IS
+    'Internal: office.create_task on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_create_task(integer, text, text, text, text, text, text, text, boolean, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_create_task(integer, text, text, text, text, text, text, text, boolean, boolean) TO office_admin, office_producer;
+CREATE FUNCTION office.create_task(workspace_id text, id text DEFAULT NULL::text, title text DEFAULT ''::text, parent_id text DEFAULT NULL::text, workflow_step_id text DEFAULT NULL::text, assignee_agent_profile_id text DEFAULT NULL::text, state text DEFAULT 'TODO'::text, is_office boolean DEFAULT true, is_ephemeral boolean DEFAULT false) RETURNS office.task_result
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT * FROM office._on_create_task(office._checked_partition($1, ARRAY['task', $2, '23505', 'task', $4, 'OFW01', 'agent', $6, 'OFW01']), $1, $2, $3, $4, $5, $6, $7, $8, $9)
+$fn$;
+COMMENT ON FUNCTION office.create_task(workspace_id text, id text, title text, parent_id text, workflow_step_id text, assignee_agent_profile_id text, state text, is_office boolean, is_ephemeral boolean) IS
+    'Creates a task (NULL id: generated). Generation 1 when assignee and step are both set, else 0; an Office task with an assignee gets a task_assigned run keyed assignment_key(task, assignee, generation) (skipped when the agent does not accept runs). Bad id/workspace/state, a title over 64 KiB or a workflow_step_id over 200 characters 22023, an explicit id that exists 23505, unknown parent OFT01, unknown assignee OFA01, a parent or assignee of another workspace OFW01. A task created terminal runs no terminal effects.';
+REVOKE EXECUTE ON FUNCTION office.create_task(workspace_id text, id text, title text, parent_id text, workflow_step_id text, assignee_agent_profile_id text, state text, is_office boolean, is_ephemeral boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.create_task(workspace_id text, id text, title text, parent_id text, workflow_step_id text, assignee_agent_profile_id text, state text, is_office boolean, is_ephemeral boolean) TO office_admin, office_producer;
+
+CREATE FUNCTION office.daemon_stats() RETURNS TABLE(pending_events bigint, oldest_pending_event_at timestamp with time zone, outbox_lag_seconds double precision, queued_wakeups bigint, due_triggers bigint, claimed_runs bigint, oldest_claimed_at timestamp with time zone, oldest_claim_age_seconds double precision, poison_rows bigint, poison_by_loop jsonb)
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = '0A000',
+        MESSAGE = 'office_proxy: office.daemon_stats is not served through the proxy yet; call it on the shards (docs/scale-out.md)';
+END
+$fn$;
+COMMENT ON FUNCTION office.daemon_stats() IS
+    'Gauges of the control plane: unacknowledged events, when the oldest was written and its age in seconds (the outbox lag, 0 when none), queued wakeup requests, cron triggers due now, claimed runs, the oldest claim and its age in seconds (0 when none), and the rows set aside (office.poison): in all and by loop. Set-aside events, wakeups and triggers are not counted as pending, queued or due.';
+REVOKE EXECUTE ON FUNCTION office.daemon_stats() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.daemon_stats() TO office_admin, office_reader, office_worker;
+
+CREATE FUNCTION office._on_dispatch_queued_wakeups(_part integer, _a1 integer, _a2 interval) RETURNS TABLE(wakeup_request_id text, agent_profile_id text, status text, run_id text, error_message text)
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT * FROM office.dispatch_queued_wakeups($2, $3);
+$$;
+COMMENT ON FUNCTION office._on_dispatch_queued_wakeups(integer, integer, interval) IS
+    'Internal: office.dispatch_queued_wakeups on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_dispatch_queued_wakeups(integer, integer, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_dispatch_queued_wakeups(integer, integer, interval) TO office_admin, office_worker;
+CREATE FUNCTION office.dispatch_queued_wakeups(max_rows integer DEFAULT 50, min_age interval DEFAULT '00:00:00'::interval) RETURNS TABLE(wakeup_request_id text, agent_profile_id text, status text, run_id text, error_message text)
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    s record;
+    v_left integer := $1;
+    v_n integer;
+BEGIN
+    IF v_left IS NULL OR v_left < 0 THEN  -- the shard's own 22023
+        RETURN QUERY SELECT * FROM office._on_dispatch_queued_wakeups(0, $1, $2);
+        RETURN;
+    END IF;
+    FOR s IN SELECT * FROM office._shards() LOOP
+        EXIT WHEN v_left = 0;
+        BEGIN
+            RETURN QUERY SELECT * FROM office._on_dispatch_queued_wakeups(s.part, v_left, $2);
+            GET DIAGNOSTICS v_n = ROW_COUNT;
+            v_left := v_left - v_n;
+        EXCEPTION WHEN OTHERS THEN
+            IF SQLSTATE NOT LIKE '08%' THEN RAISE; END IF;
+            RAISE WARNING 'office_proxy: shard % skipped: %',
+                office._shard_name(s.shard), SQLERRM;
+        END;
+    END LOOP;
+END
+$fn$;
+COMMENT ON FUNCTION office.dispatch_queued_wakeups(max_rows integer, min_age interval) IS
+    'The wakeup loop''s step: dispatch_wakeup for up to max_rows queued requests at least min_age old, oldest first, skipping requests another transaction holds, requests set aside (office.poison) and agents that do not accept runs; a request whose agent is gone is failed (agent not found). One row per request: its status after the call (claimed, coalesced, skipped, noop, failed; queued when the dispatch raised because of the agent or a transient failure, set_aside when it raised for any other reason, both with error_message). max_rows below 1, negative min_age: 22023.';
+REVOKE EXECUTE ON FUNCTION office.dispatch_queued_wakeups(max_rows integer, min_age interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.dispatch_queued_wakeups(max_rows integer, min_age interval) TO office_admin, office_worker;
+
+CREATE FUNCTION office._on_dispatch_routine(_part integer, _a1 text, _a2 text, _a3 jsonb, _a4 text, _a5 timestamp with time zone, _a6 text, _a7 integer, _a8 timestamp with time zone, _a9 boolean) RETURNS office.dispatch_routine_result
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT * FROM office.dispatch_routine($2, $3, $4, $5, $6, $7, $8, $9, $10);
+$$;
+COMMENT ON FUNCTION office._on_dispatch_routine(integer, text, text, jsonb, text, timestamp with time zone, text, integer, timestamp with time zone, boolean) IS
+    'Internal: office.dispatch_routine on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_dispatch_routine(integer, text, text, jsonb, text, timestamp with time zone, text, integer, timestamp with time zone, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_dispatch_routine(integer, text, text, jsonb, text, timestamp with time zone, text, integer, timestamp with time zone, boolean) TO office_admin, office_producer, office_worker;
+CREATE FUNCTION office.dispatch_routine(routine_id text, source text, variables jsonb DEFAULT '{}'::jsonb, trigger_id text DEFAULT NULL::text, claimed_tick timestamp with time zone DEFAULT NULL::timestamp with time zone, explicit_key text DEFAULT NULL::text, missed_ticks integer DEFAULT NULL::integer, missed_since timestamp with time zone DEFAULT NULL::timestamp with time zone, missed_truncated boolean DEFAULT NULL::boolean) RETURNS office.dispatch_routine_result
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT * FROM office._on_dispatch_routine(office._route('routine', $1), $1, $2, $3, $4, $5, $6, $7, $8, $9)
+$fn$;
+COMMENT ON FUNCTION office.dispatch_routine(routine_id text, source text, variables jsonb, trigger_id text, claimed_tick timestamp with time zone, explicit_key text, missed_ticks integer, missed_since timestamp with time zone, missed_truncated boolean) IS
+    'Fires a routine: a received run with the fingerprint of the rendered template, last_run_at touched, the policy (skip/coalesce gate with self-heal, heavy routines), then a task (task_created) or a wakeup keyed routine_key(...) and its dispatch (done; already requested: done; dispatch failure: the wakeup and the run failed, returned, not raised). Unknown source, undeclared variable, unfilled placeholder, routine not active, variables over 1 MiB, a rendered title or description over 64 KiB, a time outside 1970-01-01 .. 9999-12-31 22023; unknown routine or trigger OFR01.';
+REVOKE EXECUTE ON FUNCTION office.dispatch_routine(routine_id text, source text, variables jsonb, trigger_id text, claimed_tick timestamp with time zone, explicit_key text, missed_ticks integer, missed_since timestamp with time zone, missed_truncated boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.dispatch_routine(routine_id text, source text, variables jsonb, trigger_id text, claimed_tick timestamp with time zone, explicit_key text, missed_ticks integer, missed_since timestamp with time zone, missed_truncated boolean) TO office_admin, office_producer, office_worker;
+
+CREATE FUNCTION office._on_dispatch_wakeup(_part integer, _a1 text) RETURNS office.wakeup_dispatch_result
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT * FROM office.dispatch_wakeup($2);
+$$;
+COMMENT ON FUNCTION office._on_dispatch_wakeup(integer, text) IS
+    'Internal: office.dispatch_wakeup on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_dispatch_wakeup(integer, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_dispatch_wakeup(integer, text) TO office_admin, office_producer, office_worker;
+CREATE FUNCTION office.dispatch_wakeup(wakeup_request_id text) RETURNS office.wakeup_dispatch_result
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT * FROM office._on_dispatch_wakeup(office._route('wakeup', $1), $1)
+$fn$;
+COMMENT ON FUNCTION office.dispatch_wakeup(wakeup_request_id text) IS
+    'Dispatches a queued wakeup request against the agent''s newest queued/claimed run under the policy (source routine: the routine''s; else coalesce): a new run (claimed), coalesced into it (context_snapshot || payload), or skipped (policy:skip_if_active). Not queued: noop. Agent not accepting runs: OFA02, the request stays queued. Unknown request OFR01, unknown agent OFA01.';
+REVOKE EXECUTE ON FUNCTION office.dispatch_wakeup(wakeup_request_id text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.dispatch_wakeup(wakeup_request_id text) TO office_admin, office_producer, office_worker;
+
+CREATE FUNCTION office._all_due_routine_triggers(_part integer, _a1 timestamp with time zone, _a2 integer) RETURNS TABLE(trigger_id text, routine_id text, cron_expression text, timezone text, next_run_at timestamp with time zone, last_fired_at timestamp with time zone, enabled boolean, catch_up_policy text, catch_up_max integer)
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON ALL;
+    SELECT * FROM office.due_routine_triggers($2, $3);
+$$;
+COMMENT ON FUNCTION office._all_due_routine_triggers(integer, timestamp with time zone, integer) IS
+    'Internal: office.due_routine_triggers on the shard of partition _part (all).';
+REVOKE EXECUTE ON FUNCTION office._all_due_routine_triggers(integer, timestamp with time zone, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._all_due_routine_triggers(integer, timestamp with time zone, integer) TO office_admin, office_reader, office_worker;
+CREATE FUNCTION office.due_routine_triggers(at timestamp with time zone DEFAULT now(), max_rows integer DEFAULT 100) RETURNS TABLE(trigger_id text, routine_id text, cron_expression text, timezone text, next_run_at timestamp with time zone, last_fired_at timestamp with time zone, enabled boolean, catch_up_policy text, catch_up_max integer)
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT * FROM office._all_due_routine_triggers(0, $1, $2) ORDER BY next_run_at NULLS FIRST, trigger_id COLLATE "C" LIMIT CASE WHEN $2 >= 0 THEN $2 END
+$fn$;
+COMMENT ON FUNCTION office.due_routine_triggers(at timestamp with time zone, max_rows integer) IS
+    'The cron loop''s scan: enabled cron triggers of active routines that are not armed yet (next_run_at NULL) or due at the given time, and not set aside (office.poison), with their routine''s catch-up policy; unarmed first, then oldest due, at most max_rows. NULL at or one outside 1970-01-01 .. 9999-12-31, max_rows below 1: 22023.';
+REVOKE EXECUTE ON FUNCTION office.due_routine_triggers(at timestamp with time zone, max_rows integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.due_routine_triggers(at timestamp with time zone, max_rows integer) TO office_admin, office_reader, office_worker;
+
+CREATE FUNCTION office._on_enqueue_run(_part integer, _a1 text, _a2 text, _a3 jsonb, _a4 text, _a5 text, _a6 boolean, _a7 text, _a8 text) RETURNS office.enqueue_result
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT * FROM office.enqueue_run($2, $3, $4, $5, $6, $7, $8, $9);
+$$;
+COMMENT ON FUNCTION office._on_enqueue_run(integer, text, text, jsonb, text, text, boolean, text, text) IS
+    'Internal: office.enqueue_run on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_enqueue_run(integer, text, text, jsonb, text, text, boolean, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_enqueue_run(integer, text, text, jsonb, text, text, boolean, text, text) TO office_admin, office_producer;
+CREATE FUNCTION office.enqueue_run(agent_profile_id text, reason text, payload jsonb DEFAULT '{}'::jsonb, idempotency_key text DEFAULT NULL::text, task_id text DEFAULT NULL::text, entry_triggered boolean DEFAULT false, keyless_cause text DEFAULT NULL::text, keyless_detail text DEFAULT NULL::text) RETURNS office.enqueue_result
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT * FROM office._on_enqueue_run(office._route('agent', $1), $1, $2, $3, $4, $5, $6, $7, $8)
+$fn$;
+COMMENT ON FUNCTION office.enqueue_run(agent_profile_id text, reason text, payload jsonb, idempotency_key text, task_id text, entry_triggered boolean, keyless_cause text, keyless_detail text) IS
+    'Enqueues a run: a key already served (own or recorded by a coalesce) -> deduped windowed|durable; else coalesce (the key is recorded on the target); else insert. Returns (outcome queued|deduped|coalesced, dedup_kind windowed|durable, run_id); on queued the wake-up signal of office.notify (NOTIFY office_runs, the agent id). Bad input 22023, unknown agent OFA01, agent not accepting runs OFA02.';
+REVOKE EXECUTE ON FUNCTION office.enqueue_run(agent_profile_id text, reason text, payload jsonb, idempotency_key text, task_id text, entry_triggered boolean, keyless_cause text, keyless_detail text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.enqueue_run(agent_profile_id text, reason text, payload jsonb, idempotency_key text, task_id text, entry_triggered boolean, keyless_cause text, keyless_detail text) TO office_admin, office_producer;
+
+CREATE FUNCTION office.enqueue_runs(requests jsonb) RETURNS TABLE(ordinality integer, outcome text, dedup_kind text, run_id text)
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = '0A000',
+        MESSAGE = 'office_proxy: office.enqueue_runs is not served through the proxy yet; call it on the shards (docs/scale-out.md)';
+END
+$fn$;
+COMMENT ON FUNCTION office.enqueue_runs(requests jsonb) IS
+    'Bulk enqueue_run: an array of objects with enqueue_run''s parameter names, applied in order; one (ordinality, outcome, dedup_kind, run_id) per element. Takes every element''s locks up front in one global order, so bulk calls never deadlock each other. Any invalid element fails the whole call with its SQLSTATE and ordinality.';
+REVOKE EXECUTE ON FUNCTION office.enqueue_runs(requests jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.enqueue_runs(requests jsonb) TO office_admin, office_producer;
+
+CREATE FUNCTION office._on_fail_run(_part integer, _a1 text, _a2 integer, _a3 text) RETURNS boolean
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT office.fail_run($2, $3, $4) AS fail_run;
+$$;
+COMMENT ON FUNCTION office._on_fail_run(integer, text, integer, text) IS
+    'Internal: office.fail_run on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_fail_run(integer, text, integer, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_fail_run(integer, text, integer, text) TO office_admin, office_worker;
+CREATE FUNCTION office.fail_run(run_id text, attempt integer, error_message text) RETURNS boolean
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT office._on_fail_run(office._route('run', $1), $1, $2, $3)
+$fn$;
+COMMENT ON FUNCTION office.fail_run(run_id text, attempt integer, error_message text) IS
+    'claimed -> failed with error_message, only if the run is still claimed with this attempt. error_message over 64 KiB 22023.';
+REVOKE EXECUTE ON FUNCTION office.fail_run(run_id text, attempt integer, error_message text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.fail_run(run_id text, attempt integer, error_message text) TO office_admin, office_worker;
+
+CREATE FUNCTION office._on_fail_wakeup(_part integer, _a1 text, _a2 text) RETURNS boolean
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT office.fail_wakeup($2, $3) AS fail_wakeup;
+$$;
+COMMENT ON FUNCTION office._on_fail_wakeup(integer, text, text) IS
+    'Internal: office.fail_wakeup on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_fail_wakeup(integer, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_fail_wakeup(integer, text, text) TO office_admin, office_producer, office_worker;
+CREATE FUNCTION office.fail_wakeup(wakeup_request_id text, reason text) RETURNS boolean
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT office._on_fail_wakeup(office._route('wakeup', $1), $1, $2)
+$fn$;
+COMMENT ON FUNCTION office.fail_wakeup(wakeup_request_id text, reason text) IS
+    'queued -> failed with the reason and finished_at; a claimed, coalesced, skipped or failed request is left as it is (false). A reason over 64 KiB 22023; unknown request OFR01.';
+REVOKE EXECUTE ON FUNCTION office.fail_wakeup(wakeup_request_id text, reason text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.fail_wakeup(wakeup_request_id text, reason text) TO office_admin, office_producer, office_worker;
+
+CREATE FUNCTION office._on_finish_run(_part integer, _a1 text, _a2 integer) RETURNS boolean
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT office.finish_run($2, $3) AS finish_run;
+$$;
+COMMENT ON FUNCTION office._on_finish_run(integer, text, integer) IS
+    'Internal: office.finish_run on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_finish_run(integer, text, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_finish_run(integer, text, integer) TO office_admin, office_worker;
+CREATE FUNCTION office.finish_run(run_id text, attempt integer) RETURNS boolean
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT office._on_finish_run(office._route('run', $1), $1, $2)
+$fn$;
+COMMENT ON FUNCTION office.finish_run(run_id text, attempt integer) IS
+    'claimed -> finished, only if the run is still claimed with this attempt (a stale worker gets false and changes nothing).';
+REVOKE EXECUTE ON FUNCTION office.finish_run(run_id text, attempt integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.finish_run(run_id text, attempt integer) TO office_admin, office_worker;
+
+CREATE FUNCTION office._on_fire_routine_tick(_part integer, _a1 text, _a2 timestamp with time zone, _a3 timestamp with time zone, _a4 integer, _a5 timestamp with time zone, _a6 boolean) RETURNS office.routine_tick_result
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT * FROM office.fire_routine_tick($2, $3, $4, $5, $6, $7);
+$$;
+COMMENT ON FUNCTION office._on_fire_routine_tick(integer, text, timestamp with time zone, timestamp with time zone, integer, timestamp with time zone, boolean) IS
+    'Internal: office.fire_routine_tick on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_fire_routine_tick(integer, text, timestamp with time zone, timestamp with time zone, integer, timestamp with time zone, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_fire_routine_tick(integer, text, timestamp with time zone, timestamp with time zone, integer, timestamp with time zone, boolean) TO office_admin, office_worker;
+CREATE FUNCTION office.fire_routine_tick(trigger_id text, observed_next_run_at timestamp with time zone, following_next_run_at timestamp with time zone, missed_ticks integer DEFAULT NULL::integer, missed_since timestamp with time zone DEFAULT NULL::timestamp with time zone, missed_truncated boolean DEFAULT NULL::boolean) RETURNS office.routine_tick_result
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT * FROM office._on_fire_routine_tick(office._route('trigger', $1), $1, $2, $3, $4, $5, $6)
+$fn$;
+COMMENT ON FUNCTION office.fire_routine_tick(trigger_id text, observed_next_run_at timestamp with time zone, following_next_run_at timestamp with time zone, missed_ticks integer, missed_since timestamp with time zone, missed_truncated boolean) IS
+    'The cron loop''s step for one due tick, in one transaction: claim_routine_tick(observed -> following) and, for the winner, dispatch_routine(source cron, claimed_tick = observed, the catch-up values). A trigger being claimed by another transaction is skipped (claimed false, no wait). A dispatch that raises keeps the claim and is returned with error_message and error_sqlstate. NULL observed tick, a time outside 1970-01-01 .. 9999-12-31, negative missed_ticks 22023 (before anything is claimed); unknown trigger OFR01.';
+REVOKE EXECUTE ON FUNCTION office.fire_routine_tick(trigger_id text, observed_next_run_at timestamp with time zone, following_next_run_at timestamp with time zone, missed_ticks integer, missed_since timestamp with time zone, missed_truncated boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.fire_routine_tick(trigger_id text, observed_next_run_at timestamp with time zone, following_next_run_at timestamp with time zone, missed_ticks integer, missed_since timestamp with time zone, missed_truncated boolean) TO office_admin, office_worker;
+
+CREATE FUNCTION office._on_get_run(_part integer, _a1 text) RETURNS SETOF office.runs
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT * FROM office.get_run($2);
+$$;
+COMMENT ON FUNCTION office._on_get_run(integer, text) IS
+    'Internal: office.get_run on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_get_run(integer, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_get_run(integer, text) TO office_admin, office_producer, office_reader, office_worker;
+CREATE FUNCTION office.get_run(run_id text) RETURNS SETOF office.runs
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT * FROM office._on_get_run(office._route('run', $1), $1)
+$fn$;
+COMMENT ON FUNCTION office.get_run(run_id text) IS
+    'The run with this id (0 or 1 row).';
+REVOKE EXECUTE ON FUNCTION office.get_run(run_id text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.get_run(run_id text) TO office_admin, office_producer, office_reader, office_worker;
+
+CREATE FUNCTION office._on_get_task(_part integer, _a1 text) RETURNS SETOF office.tasks
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT * FROM office.get_task($2);
+$$;
+COMMENT ON FUNCTION office._on_get_task(integer, text) IS
+    'Internal: office.get_task on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_get_task(integer, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_get_task(integer, text) TO office_admin, office_producer, office_reader, office_worker;
+CREATE FUNCTION office.get_task(task_id text) RETURNS SETOF office.tasks
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT * FROM office._on_get_task(office._route('task', $1), $1)
+$fn$;
+COMMENT ON FUNCTION office.get_task(task_id text) IS
+    'The task row, or no row when there is no such task.';
+REVOKE EXECUTE ON FUNCTION office.get_task(task_id text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.get_task(task_id text) TO office_admin, office_producer, office_reader, office_worker;
+
+CREATE FUNCTION office._on_heartbeat_run(_part integer, _a1 text, _a2 integer) RETURNS boolean
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT office.heartbeat_run($2, $3) AS heartbeat_run;
+$$;
+COMMENT ON FUNCTION office._on_heartbeat_run(integer, text, integer) IS
+    'Internal: office.heartbeat_run on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_heartbeat_run(integer, text, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_heartbeat_run(integer, text, integer) TO office_admin, office_worker;
+CREATE FUNCTION office.heartbeat_run(run_id text, attempt integer) RETURNS boolean
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT office._on_heartbeat_run(office._route('run', $1), $1, $2)
+$fn$;
+COMMENT ON FUNCTION office.heartbeat_run(run_id text, attempt integer) IS
+    'While the run is claimed with this attempt: heartbeat_at = now(), true (the lease is renewed); otherwise false: the worker lost the run (recovered, cancelled, re-claimed) and must stop working on it.';
+REVOKE EXECUTE ON FUNCTION office.heartbeat_run(run_id text, attempt integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.heartbeat_run(run_id text, attempt integer) TO office_admin, office_worker;
+
+CREATE FUNCTION office._on_is_task_terminal(_part integer, _a1 text) RETURNS boolean
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT office.is_task_terminal($2) AS is_task_terminal;
+$$;
+COMMENT ON FUNCTION office._on_is_task_terminal(integer, text) IS
+    'Internal: office.is_task_terminal on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_is_task_terminal(integer, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_is_task_terminal(integer, text) TO office_admin, office_reader;
+CREATE FUNCTION office.is_task_terminal(task_id text) RETURNS boolean
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT office._on_is_task_terminal(office._route('task', $1), $1)
+$fn$;
+COMMENT ON FUNCTION office.is_task_terminal(task_id text) IS
+    'Whether the task is COMPLETED, FAILED or CANCELLED (the blocker terminal set); unknown task OFT01.';
+REVOKE EXECUTE ON FUNCTION office.is_task_terminal(task_id text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.is_task_terminal(task_id text) TO office_admin, office_reader;
+
+CREATE FUNCTION office._all_list_stuck_parents(_part integer, _a1 integer, _a2 text) RETURNS TABLE(parent_task_id text, assignee_agent_profile_id text, workflow_step_id text, child_set_key text, newest_child_updated_at text)
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON ALL;
+    SELECT * FROM office.list_stuck_parents($2, $3);
+$$;
+COMMENT ON FUNCTION office._all_list_stuck_parents(integer, integer, text) IS
+    'Internal: office.list_stuck_parents on the shard of partition _part (all).';
+REVOKE EXECUTE ON FUNCTION office._all_list_stuck_parents(integer, integer, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._all_list_stuck_parents(integer, integer, text) TO office_admin, office_producer, office_reader;
+CREATE FUNCTION office.list_stuck_parents(max_rows integer DEFAULT 5, reason text DEFAULT 'task_children_completed'::text) RETURNS TABLE(parent_task_id text, assignee_agent_profile_id text, workflow_step_id text, child_set_key text, newest_child_updated_at text)
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT * FROM office._all_list_stuck_parents(0, $1, $2) ORDER BY parent_task_id COLLATE "C" LIMIT CASE WHEN $1 >= 0 THEN $1 END
+$fn$;
+COMMENT ON FUNCTION office.list_stuck_parents(max_rows integer, reason text) IS
+    'Parents whose finished child wave was not delivered (every candidate condition of DOMAIN.md §2.20, applied before the LIMIT), ordered by parent id (bytewise): parent, assignee, step, child_set_key, newest_child_updated_at. Read from the parents marked since they were last found delivered, leaving out those the sweep set aside (office.poison); another reason than task_children_completed reads every open parent. Negative max_rows or empty reason 22023.';
+REVOKE EXECUTE ON FUNCTION office.list_stuck_parents(max_rows integer, reason text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.list_stuck_parents(max_rows integer, reason text) TO office_admin, office_producer, office_reader;
+
+CREATE FUNCTION office._all_mark_all_parents(_part integer) RETURNS SETOF bigint
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON ALL;
+    SELECT office.mark_all_parents() AS mark_all_parents;
+$$;
+COMMENT ON FUNCTION office._all_mark_all_parents(integer) IS
+    'Internal: office.mark_all_parents on the shard of partition _part (all).';
+REVOKE EXECUTE ON FUNCTION office._all_mark_all_parents(integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._all_mark_all_parents(integer) TO office_admin;
+CREATE FUNCTION office.mark_all_parents() RETURNS bigint
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT coalesce(pg_catalog.sum(n), 0)::bigint FROM office._all_mark_all_parents(0) AS n
+$fn$;
+COMMENT ON FUNCTION office.mark_all_parents() IS
+    'Marks every open Office parent for the stuck-parent sweep (after rows were loaded with triggers disabled, e.g. session_replication_role = replica); the next sweep reads them all once. Returns how many were marked.';
+REVOKE EXECUTE ON FUNCTION office.mark_all_parents() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.mark_all_parents() TO office_admin;
+
+CREATE FUNCTION office._on_move_task(_part integer, _a1 text, _a2 text) RETURNS office.tasks
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT * FROM office.move_task($2, $3);
+$$;
+COMMENT ON FUNCTION office._on_move_task(integer, text, text) IS
+    'Internal: office.move_task on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_move_task(integer, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_move_task(integer, text, text) TO office_admin, office_producer;
+CREATE FUNCTION office.move_task(task_id text, state text) RETURNS office.tasks
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT * FROM office._on_move_task(office._route('task', $1), $1, $2)
+$fn$;
+COMMENT ON FUNCTION office.move_task(task_id text, state text) IS
+    'Sets the state; a change into COMPLETED, FAILED or CANCELLED runs the terminal effects in the same transaction (trigger). Unknown state 22023, unknown task OFT01.';
+REVOKE EXECUTE ON FUNCTION office.move_task(task_id text, state text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.move_task(task_id text, state text) TO office_admin, office_producer;
+
+CREATE FUNCTION office._all_prune_events(_part integer, _a1 interval) RETURNS SETOF integer
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON ALL;
+    SELECT office.prune_events($2) AS prune_events;
+$$;
+COMMENT ON FUNCTION office._all_prune_events(integer, interval) IS
+    'Internal: office.prune_events on the shard of partition _part (all).';
+REVOKE EXECUTE ON FUNCTION office._all_prune_events(integer, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._all_prune_events(integer, interval) TO office_admin;
+CREATE FUNCTION office.prune_events(older_than interval) RETURNS integer
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT coalesce(pg_catalog.sum(n), 0)::integer FROM office._all_prune_events(0, $1) AS n
+$fn$;
+COMMENT ON FUNCTION office.prune_events(older_than interval) IS
+    'Deletes acknowledged events processed longer ago than older_than; returns the count.';
+REVOKE EXECUTE ON FUNCTION office.prune_events(older_than interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.prune_events(older_than interval) TO office_admin;
+
+CREATE FUNCTION office._all_prune_runs(_part integer, _a1 interval) RETURNS SETOF integer
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON ALL;
+    SELECT office.prune_runs($2) AS prune_runs;
+$$;
+COMMENT ON FUNCTION office._all_prune_runs(integer, interval) IS
+    'Internal: office.prune_runs on the shard of partition _part (all).';
+REVOKE EXECUTE ON FUNCTION office._all_prune_runs(integer, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._all_prune_runs(integer, interval) TO office_admin;
+CREATE FUNCTION office.prune_runs(older_than interval) RETURNS integer
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT coalesce(pg_catalog.sum(n), 0)::integer FROM office._all_prune_runs(0, $1) AS n
+$fn$;
+COMMENT ON FUNCTION office.prune_runs(older_than interval) IS
+    'Deletes finished, failed and cancelled runs whose finished_at is older than older_than (their own and recorded keys become free). Returns the count.';
+REVOKE EXECUTE ON FUNCTION office.prune_runs(older_than interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.prune_runs(older_than interval) TO office_admin;
+
+CREATE FUNCTION office._on_reconcile_parent(_part integer, _a1 text, _a2 text, _a3 text) RETURNS office.reconcile_result
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT * FROM office.reconcile_parent($2, $3, $4);
+$$;
+COMMENT ON FUNCTION office._on_reconcile_parent(integer, text, text, text) IS
+    'Internal: office.reconcile_parent on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_reconcile_parent(integer, text, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_reconcile_parent(integer, text, text, text) TO office_admin, office_producer;
+CREATE FUNCTION office.reconcile_parent(parent_task_id text, child_set_key text, newest_child_updated_at text) RETURNS office.reconcile_result
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT * FROM office._on_reconcile_parent(office._route('task', $1), $1, $2, $3)
+$fn$;
+COMMENT ON FUNCTION office.reconcile_parent(parent_task_id text, child_set_key text, newest_child_updated_at text) IS
+    'Wakes one stuck parent: under the edge path''s lock on the parent, re-checks its assignee (skipped, assignee_unresolved) and re-reads its child set and generation (skipped, child_set_changed, unless they equal the arguments and form a finished wave), then enqueues task_children_completed (task_id = the parent) keyed wake_operation_id(parent, child_set_key, generation) and upserts the receipt with the run it landed on (queued, deduped or coalesced), in one transaction. Unknown parent OFT01; NULL set or generation 22023.';
+REVOKE EXECUTE ON FUNCTION office.reconcile_parent(parent_task_id text, child_set_key text, newest_child_updated_at text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.reconcile_parent(parent_task_id text, child_set_key text, newest_child_updated_at text) TO office_admin, office_producer;
+
+CREATE FUNCTION office._all_recover_stale_runs(_part integer, _a1 interval) RETURNS SETOF integer
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON ALL;
+    SELECT office.recover_stale_runs($2) AS recover_stale_runs;
+$$;
+COMMENT ON FUNCTION office._all_recover_stale_runs(integer, interval) IS
+    'Internal: office.recover_stale_runs on the shard of partition _part (all).';
+REVOKE EXECUTE ON FUNCTION office._all_recover_stale_runs(integer, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._all_recover_stale_runs(integer, interval) TO office_admin;
+CREATE FUNCTION office.recover_stale_runs(older_than interval) RETURNS integer
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT coalesce(pg_catalog.sum(n), 0)::integer FROM office._all_recover_stale_runs(0, $1) AS n
+$fn$;
+COMMENT ON FUNCTION office.recover_stale_runs(older_than interval) IS
+    'A claimed run whose heartbeat_at (its claimed_at if it never sent one) is older than older_than -> queued (claimed_at, claimed_by, heartbeat_at cleared; attempt kept, so its next claim fences the lost worker). A run that cannot be requeued is set aside (office.poison, loop recovery) and the others are recovered. Returns the count.';
+REVOKE EXECUTE ON FUNCTION office.recover_stale_runs(older_than interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.recover_stale_runs(older_than interval) TO office_admin;
+
+CREATE FUNCTION office.release_poison(loop text, row_id text) RETURNS boolean
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = '0A000',
+        MESSAGE = 'office_proxy: office.release_poison is not served through the proxy yet; call it on the shards (docs/scale-out.md)';
+END
+$fn$;
+COMMENT ON FUNCTION office.release_poison(loop text, row_id text) IS
+    'Puts a set-aside row back in its loop''s way (after repairing it): its next scan processes it again, and sets it aside again if it still fails. False when the row was not set aside.';
+REVOKE EXECUTE ON FUNCTION office.release_poison(loop text, row_id text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.release_poison(loop text, row_id text) TO office_admin;
+
+CREATE FUNCTION office._on_remove_blocker(_part integer, _a1 text, _a2 text) RETURNS void
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT office.remove_blocker($2, $3) AS remove_blocker;
+$$;
+COMMENT ON FUNCTION office._on_remove_blocker(integer, text, text) IS
+    'Internal: office.remove_blocker on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_remove_blocker(integer, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_remove_blocker(integer, text, text) TO office_admin, office_producer;
+CREATE FUNCTION office.remove_blocker(task_id text, blocker_task_id text) RETURNS void
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT office._on_remove_blocker(office._route('task', $1), $1, $2)
+$fn$;
+COMMENT ON FUNCTION office.remove_blocker(task_id text, blocker_task_id text) IS
+    'blocker_task_id no longer blocks task_id (no-op when it did not). Unknown task OFT01.';
+REVOKE EXECUTE ON FUNCTION office.remove_blocker(task_id text, blocker_task_id text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.remove_blocker(task_id text, blocker_task_id text) TO office_admin, office_producer;
+
+CREATE FUNCTION office._on_request_wakeup(_part integer, _a1 text, _a2 text, _a3 text, _a4 jsonb, _a5 text) RETURNS office.wakeup_result
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT * FROM office.request_wakeup($2, $3, $4, $5, $6);
+$$;
+COMMENT ON FUNCTION office._on_request_wakeup(integer, text, text, text, jsonb, text) IS
+    'Internal: office.request_wakeup on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_request_wakeup(integer, text, text, text, jsonb, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_request_wakeup(integer, text, text, text, jsonb, text) TO office_admin, office_producer;
+CREATE FUNCTION office.request_wakeup(agent_profile_id text, source text, reason text DEFAULT ''::text, payload jsonb DEFAULT '{}'::jsonb, idempotency_key text DEFAULT NULL::text) RETURNS office.wakeup_result
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT * FROM office._on_request_wakeup(office._route('agent', $1), $1, $2, $3, $4, $5)
+$fn$;
+COMMENT ON FUNCTION office.request_wakeup(agent_profile_id text, source text, reason text, payload jsonb, idempotency_key text) IS
+    'Records a queued wakeup request (NOTIFY office_wakeups unless office.notify = off) or, for a key already requested, (deduped, durable, <holder>) counted on queue wakeup. Empty agent or source, a source or reason over 200 characters or with a control character, a NULL or non-object payload, a payload over 1 MiB, a key over 512 characters 22023; unknown agent OFA01.';
+REVOKE EXECUTE ON FUNCTION office.request_wakeup(agent_profile_id text, source text, reason text, payload jsonb, idempotency_key text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.request_wakeup(agent_profile_id text, source text, reason text, payload jsonb, idempotency_key text) TO office_admin, office_producer;
+
+CREATE FUNCTION office._on_retry_run(_part integer, _a1 text, _a2 integer, _a3 interval) RETURNS boolean
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT office.retry_run($2, $3, $4) AS retry_run;
+$$;
+COMMENT ON FUNCTION office._on_retry_run(integer, text, integer, interval) IS
+    'Internal: office.retry_run on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_retry_run(integer, text, integer, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_retry_run(integer, text, integer, interval) TO office_admin, office_worker;
+CREATE FUNCTION office.retry_run(run_id text, attempt integer, delay interval) RETURNS boolean
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT office._on_retry_run(office._route('run', $1), $1, $2, $3)
+$fn$;
+COMMENT ON FUNCTION office.retry_run(run_id text, attempt integer, delay interval) IS
+    'claimed -> queued in place (key kept), retry_count + 1, claimable again after delay (claimed_at, claimed_by, heartbeat_at cleared); only if still claimed with this attempt. A delay that is not a finite interval from 0 to 100 years 22023.';
+REVOKE EXECUTE ON FUNCTION office.retry_run(run_id text, attempt integer, delay interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.retry_run(run_id text, attempt integer, delay interval) TO office_admin, office_worker;
+
+CREATE FUNCTION office.routine_fingerprint(title text, description text, assignee text)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE STRICT
+ SET search_path TO 'pg_catalog', 'pg_temp'
+RETURN encode(substr(sha256(convert_to(((((title || '|'::text) || description) || '|'::text) || assignee), 'UTF8'::name)), 1, 16), 'hex'::text);
+COMMENT ON FUNCTION office.routine_fingerprint(title text, description text, assignee text) IS
+    'Routine dispatch fingerprint: the first 16 bytes of sha256(title|description|assignee) as 32 lowercase hex characters (DOMAIN.md §3.9). Empty texts are allowed.';
+REVOKE EXECUTE ON FUNCTION office.routine_fingerprint(title text, description text, assignee text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.routine_fingerprint(title text, description text, assignee text) TO office_admin, office_producer, office_reader, office_worker;
+
+CREATE FUNCTION office.routine_key(source text, routine_id text, trigger_id text, claimed_tick timestamp with time zone, routine_run_id text, explicit_key text DEFAULT NULL::text)
+ RETURNS text
+ LANGUAGE plpgsql
+ IMMUTABLE PARALLEL SAFE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF source IS NULL OR routine_id IS NULL THEN
+        RETURN NULL;
+    END IF;
+    IF routine_id = '' THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('office.routine_key: routine_id must not be empty (got %L)', routine_id);
+    END IF;
+    -- An explicit (delivery) key takes precedence over the source rules.
+    IF explicit_key IS NOT NULL AND explicit_key <> '' THEN
+        RETURN 'routine:' || routine_id || ':' || source || ':' || explicit_key;
+    END IF;
+    IF source = 'cron' THEN
+        -- Keyless without a claimed tick (and without a trigger to name).
+        IF claimed_tick IS NULL OR trigger_id IS NULL OR trigger_id = '' THEN
+            RETURN NULL;
+        END IF;
+        IF NOT isfinite(claimed_tick) THEN
+            RAISE EXCEPTION USING ERRCODE = '22023',
+                MESSAGE = format('office.routine_key: claimed_tick must be finite (got %L)',
+                                 claimed_tick::text);
+        END IF;
+        RETURN 'routine:' || routine_id || ':' || trigger_id || ':tick:'
+            || floor(extract(epoch FROM claimed_tick))::bigint::text;
+    END IF;
+    IF source IN ('manual', 'webhook') THEN
+        IF routine_run_id IS NULL OR routine_run_id = '' THEN
+            RETURN NULL;
+        END IF;
+        RETURN 'routine:' || routine_id || ':run:' || routine_run_id;
+    END IF;
+    -- Unknown source: keyless here; office.dispatch_routine refuses it.
+    RETURN NULL;
+END
+$function$;
+COMMENT ON FUNCTION office.routine_key(source text, routine_id text, trigger_id text, claimed_tick timestamp with time zone, routine_run_id text, explicit_key text) IS
+    'Routine wakeup key (DOMAIN.md §3.8): routine:<routine_id>:<source>:<explicit_key> for a non-empty explicit key; cron with a claimed tick routine:<routine_id>:<trigger_id>:tick:<unix seconds, floor>; manual/webhook routine:<routine_id>:run:<routine_run_id>; otherwise NULL (keyless). Never raises for an unknown source.';
+REVOKE EXECUTE ON FUNCTION office.routine_key(source text, routine_id text, trigger_id text, claimed_tick timestamp with time zone, routine_run_id text, explicit_key text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.routine_key(source text, routine_id text, trigger_id text, claimed_tick timestamp with time zone, routine_run_id text, explicit_key text) TO office_admin, office_producer, office_reader, office_worker;
+
+CREATE FUNCTION office._on_run_keys(_part integer, _a1 text) RETURNS TABLE(idempotency_key text, recorded_at timestamp with time zone, how text)
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT * FROM office.run_keys($2);
+$$;
+COMMENT ON FUNCTION office._on_run_keys(integer, text) IS
+    'Internal: office.run_keys on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_run_keys(integer, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_run_keys(integer, text) TO office_admin, office_producer, office_reader, office_worker;
+CREATE FUNCTION office.run_keys(run_id text) RETURNS TABLE(idempotency_key text, recorded_at timestamp with time zone, how text)
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT * FROM office._on_run_keys(office._route('run', $1), $1)
+$fn$;
+COMMENT ON FUNCTION office.run_keys(run_id text) IS
+    'The idempotency keys a run serves, by recorded_at: its own (how own, recorded_at its requested_at), then those recorded when requests with them coalesced into it (how coalesced). None for a keyless or unknown run.';
+REVOKE EXECUTE ON FUNCTION office.run_keys(run_id text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.run_keys(run_id text) TO office_admin, office_producer, office_reader, office_worker;
+
+CREATE FUNCTION office._all_schema_version(_part integer) RETURNS SETOF text
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON ALL;
+    SELECT office.schema_version() AS schema_version;
+$$;
+COMMENT ON FUNCTION office._all_schema_version(integer) IS
+    'Internal: office.schema_version on the shard of partition _part (all).';
+REVOKE EXECUTE ON FUNCTION office._all_schema_version(integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._all_schema_version(integer) TO office_admin, office_producer, office_reader, office_worker;
+CREATE FUNCTION office.schema_version() RETURNS text
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v text[];
+BEGIN
+    SELECT pg_catalog.array_agg(DISTINCT x) INTO v FROM office._all_schema_version(0) AS x;
+    IF pg_catalog.cardinality(v) <> 1 THEN
+        RAISE EXCEPTION USING ERRCODE = '55000',
+            MESSAGE = pg_catalog.format(
+                'office_proxy: the shards run different office versions: %s', v);
+    END IF;
+    RETURN v[1];
+END
+$fn$;
+COMMENT ON FUNCTION office.schema_version() IS
+    'The installed office schema version; every upgrade script replaces it.';
+REVOKE EXECUTE ON FUNCTION office.schema_version() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.schema_version() TO office_admin, office_producer, office_reader, office_worker;
+
+CREATE FUNCTION office.second_precision_text(ts timestamp with time zone)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE STRICT
+ SET search_path TO 'pg_catalog', 'pg_temp'
+RETURN to_char((ts AT TIME ZONE 'UTC'::text), 'YYYY-MM-DD HH24:MI:SS'::text);
+COMMENT ON FUNCTION office.second_precision_text(ts timestamp with time zone) IS
+    'The instant as YYYY-MM-DD HH24:MI:SS in UTC (truncated to whole seconds), whatever the session TimeZone (DOMAIN.md §2.22, §3.10).';
+REVOKE EXECUTE ON FUNCTION office.second_precision_text(ts timestamp with time zone) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.second_precision_text(ts timestamp with time zone) TO office_admin, office_producer, office_reader, office_worker;
+
+CREATE FUNCTION office._on_set_agent_status(_part integer, _a1 text, _a2 text) RETURNS office.agent_profiles
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT * FROM office.set_agent_status($2, $3);
+$$;
+COMMENT ON FUNCTION office._on_set_agent_status(integer, text, text) IS
+    'Internal: office.set_agent_status on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_set_agent_status(integer, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_set_agent_status(integer, text, text) TO office_admin, office_producer;
+CREATE FUNCTION office.set_agent_status(id text, status text) RETURNS office.agent_profiles
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT * FROM office._on_set_agent_status(office._route('agent', $1), $1, $2)
+$fn$;
+COMMENT ON FUNCTION office.set_agent_status(id text, status text) IS
+    'Sets the status of an agent (idle, running, paused, stopped, pending_approval); unknown agent OFA01, unknown status 22023.';
+REVOKE EXECUTE ON FUNCTION office.set_agent_status(id text, status text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.set_agent_status(id text, status text) TO office_admin, office_producer;
+
+CREATE FUNCTION office.set_aside(loop text, row_id text, reason text, sqlstate text DEFAULT NULL::text) RETURNS boolean
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = '0A000',
+        MESSAGE = 'office_proxy: office.set_aside is not served through the proxy yet; call it on the shards (docs/scale-out.md)';
+END
+$fn$;
+COMMENT ON FUNCTION office.set_aside(loop text, row_id text, reason text, sqlstate text) IS
+    'Sets a row its loop cannot process aside in office.poison (reason cut to 1000 characters): the loop''s scan leaves it out from now on. True when it was set aside now; false when it already was, or when sqlstate is transient (class 40, 53, 58, 55P03: the row is tried again). Unknown loop, empty row_id 22023.';
+REVOKE EXECUTE ON FUNCTION office.set_aside(loop text, row_id text, reason text, sqlstate text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.set_aside(loop text, row_id text, reason text, sqlstate text) TO office_admin, office_worker;
+
+CREATE FUNCTION office._on_sweep_stuck_parents(_part integer, _a1 integer) RETURNS SETOF office.reconcile_result
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT * FROM office.sweep_stuck_parents($2);
+$$;
+COMMENT ON FUNCTION office._on_sweep_stuck_parents(integer, integer) IS
+    'Internal: office.sweep_stuck_parents on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_sweep_stuck_parents(integer, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_sweep_stuck_parents(integer, integer) TO office_admin, office_producer;
+CREATE FUNCTION office.sweep_stuck_parents(max_rows integer DEFAULT 5) RETURNS SETOF office.reconcile_result
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    s record;
+    v_left integer := $1;
+    v_n integer;
+BEGIN
+    IF v_left IS NULL OR v_left < 0 THEN  -- the shard's own 22023
+        RETURN QUERY SELECT * FROM office._on_sweep_stuck_parents(0, $1);
+        RETURN;
+    END IF;
+    FOR s IN SELECT * FROM office._shards() LOOP
+        EXIT WHEN v_left = 0;
+        BEGIN
+            RETURN QUERY SELECT * FROM office._on_sweep_stuck_parents(s.part, v_left);
+            GET DIAGNOSTICS v_n = ROW_COUNT;
+            v_left := v_left - v_n;
+        EXCEPTION WHEN OTHERS THEN
+            IF SQLSTATE NOT LIKE '08%' THEN RAISE; END IF;
+            RAISE WARNING 'office_proxy: shard % skipped: %',
+                office._shard_name(s.shard), SQLERRM;
+        END;
+    END LOOP;
+END
+$fn$;
+COMMENT ON FUNCTION office.sweep_stuck_parents(max_rows integer) IS
+    'One tick of the stuck-parent sweep: forgets the marked parents that are not stuck, lists up to max_rows stuck parents and reconciles each (one reconcile_result per parent; a parent another transaction holds, or that was delivered meanwhile, is left for the next tick; one whose reconcile raises is set aside in office.poison, loop sweep, with no result). Negative max_rows 22023.';
+REVOKE EXECUTE ON FUNCTION office.sweep_stuck_parents(max_rows integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.sweep_stuck_parents(max_rows integer) TO office_admin, office_producer;
+
+CREATE FUNCTION office._on_sync_routine_run_status(_part integer, _a1 text, _a2 text) RETURNS boolean
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT office.sync_routine_run_status($2, $3) AS sync_routine_run_status;
+$$;
+COMMENT ON FUNCTION office._on_sync_routine_run_status(integer, text, text) IS
+    'Internal: office.sync_routine_run_status on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_sync_routine_run_status(integer, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_sync_routine_run_status(integer, text, text) TO office_admin, office_producer, office_worker;
+CREATE FUNCTION office.sync_routine_run_status(task_id text, terminal text) RETURNS boolean
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT office._on_sync_routine_run_status(office._route('task', $1), $1, $2)
+$fn$;
+COMMENT ON FUNCTION office.sync_routine_run_status(task_id text, terminal text) IS
+    'Closes (conditional close) the newest routine run linked to the task; true if this call closed it. An empty or NULL task id is a no-op (false). Called by the task-terminal trigger before blockers and parents are woken.';
+REVOKE EXECUTE ON FUNCTION office.sync_routine_run_status(task_id text, terminal text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.sync_routine_run_status(task_id text, terminal text) TO office_admin, office_producer, office_worker;
+
+CREATE FUNCTION office._on_take_poison_reports(_part integer, _a1 text, _a2 integer) RETURNS TABLE(row_id text, reason text, sqlstate text)
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT * FROM office.take_poison_reports($2, $3);
+$$;
+COMMENT ON FUNCTION office._on_take_poison_reports(integer, text, integer) IS
+    'Internal: office.take_poison_reports on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_take_poison_reports(integer, text, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_take_poison_reports(integer, text, integer) TO office_admin, office_worker;
+CREATE FUNCTION office.take_poison_reports(loop text, max_rows integer DEFAULT 100) RETURNS TABLE(row_id text, reason text, sqlstate text)
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    s record;
+    v_left integer := $2;
+    v_n integer;
+BEGIN
+    IF v_left IS NULL OR v_left < 0 THEN  -- the shard's own 22023
+        RETURN QUERY SELECT * FROM office._on_take_poison_reports(0, $1, $2);
+        RETURN;
+    END IF;
+    FOR s IN SELECT * FROM office._shards() LOOP
+        EXIT WHEN v_left = 0;
+        BEGIN
+            RETURN QUERY SELECT * FROM office._on_take_poison_reports(s.part, $1, v_left);
+            GET DIAGNOSTICS v_n = ROW_COUNT;
+            v_left := v_left - v_n;
+        EXCEPTION WHEN OTHERS THEN
+            IF SQLSTATE NOT LIKE '08%' THEN RAISE; END IF;
+            RAISE WARNING 'office_proxy: shard % skipped: %',
+                office._shard_name(s.shard), SQLERRM;
+        END;
+    END LOOP;
+END
+$fn$;
+COMMENT ON FUNCTION office.take_poison_reports(loop text, max_rows integer) IS
+    'The rows of loop set aside and not reported yet (at most max_rows), stamped reported_at: each is handed to exactly one caller, the daemon, which logs and counts it once. max_rows below 1: 22023.';
+REVOKE EXECUTE ON FUNCTION office.take_poison_reports(loop text, max_rows integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.take_poison_reports(loop text, max_rows integer) TO office_admin, office_worker;
+
+CREATE FUNCTION office._on_task_terminal_status(_part integer, _a1 text) RETURNS text
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT office.task_terminal_status($2) AS task_terminal_status;
+$$;
+COMMENT ON FUNCTION office._on_task_terminal_status(integer, text) IS
+    'Internal: office.task_terminal_status on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_task_terminal_status(integer, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_task_terminal_status(integer, text) TO office_admin, office_reader;
+CREATE FUNCTION office.task_terminal_status(task_id text) RETURNS text
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT office._on_task_terminal_status(office._route('task', $1), $1)
+$fn$;
+COMMENT ON FUNCTION office.task_terminal_status(task_id text) IS
+    'The routine gate''s view of a task: cancelled if archived (any state), else done (COMPLETED), failed (FAILED), cancelled (CANCELLED), '''' otherwise; missing when there is no such task.';
+REVOKE EXECUTE ON FUNCTION office.task_terminal_status(task_id text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.task_terminal_status(task_id text) TO office_admin, office_reader;
+
+CREATE FUNCTION office._on_upsert_agent(_part integer, _a1 text, _a2 text, _a3 text, _a4 text) RETURNS office.agent_profiles
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT * FROM office.upsert_agent($2, $3, $4, $5);
+$$;
+COMMENT ON FUNCTION office._on_upsert_agent(integer, text, text, text, text) IS
+    'Internal: office.upsert_agent on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_upsert_agent(integer, text, text, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_upsert_agent(integer, text, text, text, text) TO office_admin, office_producer;
+CREATE FUNCTION office.upsert_agent(id text, workspace_id text, name text DEFAULT ''::text, status text DEFAULT 'idle'::text) RETURNS office.agent_profiles
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT * FROM office._on_upsert_agent(office._checked_partition($2, ARRAY['agent', $1, 'OFW01']), $1, $2, $3, $4)
+$fn$;
+COMMENT ON FUNCTION office.upsert_agent(id text, workspace_id text, name text, status text) IS
+    'Inserts the agent or updates its name and status; a NULL id generates one. Bad id, status or a name over 64 KiB: 22023; an existing agent of another workspace: OFW01 (agents never move).';
+REVOKE EXECUTE ON FUNCTION office.upsert_agent(id text, workspace_id text, name text, status text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.upsert_agent(id text, workspace_id text, name text, status text) TO office_admin, office_producer;
+
+CREATE FUNCTION office.wake_operation_id(parent_task_id text, child_set_key text, generation text)
+ RETURNS text
+ LANGUAGE plpgsql
+ IMMUTABLE PARALLEL SAFE STRICT
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    nul constant bytea := decode('00', 'hex');
+    canonical text;
+BEGIN
+    IF parent_task_id = '' THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('office.wake_operation_id: parent_task_id must not be empty (got %L)',
+                             parent_task_id);
+    END IF;
+    -- Each non-empty element of the child set key, with everything from its
+    -- last ':' removed (the state), in the order given.
+    SELECT string_agg(regexp_replace(u.element, ':[^:]*$', ''), ',' ORDER BY u.position)
+      INTO canonical
+      FROM unnest(string_to_array(child_set_key, ',')) WITH ORDINALITY AS u(element, position)
+     WHERE u.element <> '';
+    RETURN 'task_children_completed:' || parent_task_id || ':'
+        || encode(sha256(convert_to(parent_task_id, 'UTF8') || nul
+                         || convert_to(coalesce(canonical, ''), 'UTF8') || nul
+                         || convert_to(generation, 'UTF8')), 'hex');
+END
+$function$;
+COMMENT ON FUNCTION office.wake_operation_id(parent_task_id text, child_set_key text, generation text) IS
+    'Engine operation id of a children-completed wave: task_children_completed:<parent_task_id>:<sha256hex(parent \0 child ids \0 generation)>; child ids are the child_set_key items without their last ":" segment (DOMAIN.md §3.5).';
+REVOKE EXECUTE ON FUNCTION office.wake_operation_id(parent_task_id text, child_set_key text, generation text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.wake_operation_id(parent_task_id text, child_set_key text, generation text) TO office_admin, office_producer, office_reader, office_worker;
+
+CREATE FUNCTION office._all_dedup_stats(_part integer) RETURNS TABLE(queue text, reason text, kind text, total bigint)
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON ALL;
+    SELECT * FROM office.dedup_stats;
+$$;
+COMMENT ON FUNCTION office._all_dedup_stats(integer) IS
+    'Internal: office.dedup_stats of every shard.';
+REVOKE EXECUTE ON FUNCTION office._all_dedup_stats(integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._all_dedup_stats(integer) TO office_admin, office_reader;
+CREATE VIEW office.dedup_stats AS
+    SELECT queue, reason, kind, pg_catalog.sum(total)::bigint AS total
+      FROM office._all_dedup_stats(0)
+     GROUP BY queue, reason, kind;
+COMMENT ON VIEW office.dedup_stats IS
+    'Suppressed enqueues by queue (runs|wakeup), reason and kind (windowed|durable|coalesced; coalesced is queue runs). Counters restart from zero after a crash.';
+REVOKE ALL ON office.dedup_stats FROM PUBLIC;
+GRANT SELECT ON office.dedup_stats TO office_admin, office_reader;
+CREATE FUNCTION office._all_keyless_stats(_part integer) RETURNS TABLE(reason text, cause text, total bigint)
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON ALL;
+    SELECT * FROM office.keyless_stats;
+$$;
+COMMENT ON FUNCTION office._all_keyless_stats(integer) IS
+    'Internal: office.keyless_stats of every shard.';
+REVOKE EXECUTE ON FUNCTION office._all_keyless_stats(integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._all_keyless_stats(integer) TO office_admin, office_reader;
+CREATE VIEW office.keyless_stats AS
+    SELECT reason, cause, pg_catalog.sum(total)::bigint AS total
+      FROM office._all_keyless_stats(0)
+     GROUP BY reason, cause;
+COMMENT ON VIEW office.keyless_stats IS
+    'Keyless enqueues reported with a cause, by reason and cause (unresolved|by_design). Counters restart from zero after a crash.';
+REVOKE ALL ON office.keyless_stats FROM PUBLIC;
+GRANT SELECT ON office.keyless_stats TO office_admin, office_reader;
+CREATE FUNCTION office._all_queue_stats(_part integer) RETURNS TABLE(status text, agents bigint, runs bigint, oldest_requested_at timestamp with time zone)
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON ALL;
+    SELECT * FROM office.queue_stats;
+$$;
+COMMENT ON FUNCTION office._all_queue_stats(integer) IS
+    'Internal: office.queue_stats of every shard.';
+REVOKE EXECUTE ON FUNCTION office._all_queue_stats(integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._all_queue_stats(integer) TO office_admin, office_reader;
+CREATE VIEW office.queue_stats AS
+    SELECT status, pg_catalog.sum(agents)::bigint AS agents, pg_catalog.sum(runs)::bigint AS runs, pg_catalog.min(oldest_requested_at) AS oldest_requested_at
+      FROM office._all_queue_stats(0)
+     GROUP BY status;
+COMMENT ON VIEW office.queue_stats IS
+    'Runs per status (every status, zero included): distinct agents, runs, and the oldest requested_at.';
+REVOKE ALL ON office.queue_stats FROM PUBLIC;
+GRANT SELECT ON office.queue_stats TO office_admin, office_reader;

@@ -1,0 +1,197 @@
+-- office_proxy: the routing core, written by hand. The public functions that
+-- follow it in office_proxy--<version>.sql are generated from a shard's
+-- catalog by controlplane/proxy.py (python -m controlplane.proxy), so their
+-- names, parameters, defaults, result types, comments and grants are the
+-- shard's. Routing and merging are explained in docs/scale-out.md.
+\echo Use "CREATE EXTENSION office_proxy CASCADE" to load this file. \quit
+
+COMMENT ON SCHEMA office IS 'office API on a PL/Proxy proxy: every call runs on the shards of server office_cluster';
+
+-- The proxy has the four office roles too (cluster-wide; a proxy in the
+-- shards' cluster finds them already there).
+DO $roles$
+DECLARE
+    r text;
+BEGIN
+    FOREACH r IN ARRAY ARRAY['office_producer', 'office_worker', 'office_reader', 'office_admin'] LOOP
+        IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = r) THEN
+            BEGIN
+                EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', r);
+            EXCEPTION WHEN duplicate_object OR unique_violation THEN
+                NULL;  -- created concurrently by another installer
+            END;
+        END IF;
+    END LOOP;
+    IF NOT pg_catalog.pg_has_role('office_admin', 'office_producer', 'MEMBER') THEN
+        GRANT office_producer, office_worker, office_reader TO office_admin;
+    END IF;
+END
+$roles$;
+REVOKE ALL ON SCHEMA office FROM PUBLIC;
+GRANT USAGE ON SCHEMA office TO office_producer, office_worker, office_reader, office_admin;
+
+-- The partitions of office_cluster, read from its SQL/MED options so that
+-- `officectl cluster init` (or a DBA) only writes the server.
+CREATE FUNCTION office._partitions() RETURNS integer
+    LANGUAGE sql STABLE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT pg_catalog.count(*)::integer
+      FROM pg_catalog.pg_foreign_server s, pg_catalog.unnest(s.srvoptions) AS o(opt)
+     WHERE s.srvname = 'office_cluster' AND o.opt ~ '^p[0-9]+='
+$$;
+COMMENT ON FUNCTION office._partitions() IS
+    'Internal: the number of partitions (p0, p1, ... options) of server office_cluster.';
+
+-- A NULL workspace goes to partition 0, whose shard then refuses it with its
+-- own SQLSTATE (a NULL hash would be PL/Proxy''s XX000 instead).
+CREATE FUNCTION office._partition(workspace_id text) RETURNS integer
+    LANGUAGE sql STABLE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(pg_catalog.hashtext(workspace_id) & (office._partitions() - 1), 0)
+$$;
+COMMENT ON FUNCTION office._partition(text) IS
+    'The partition of a workspace: hashtext(workspace_id) & (partitions - 1) (API.md §8).';
+
+-- One partition per shard database: partitions naming the same connection
+-- string are one database, asked once.
+CREATE FUNCTION office._shards() RETURNS TABLE(part integer, shard text)
+    LANGUAGE sql STABLE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT pg_catalog.min(p.part), p.connstr
+      FROM (SELECT pg_catalog.substr(pg_catalog.split_part(o.opt, '=', 1), 2)::integer AS part,
+                   pg_catalog.substr(o.opt, pg_catalog.strpos(o.opt, '=') + 1) AS connstr
+              FROM pg_catalog.pg_foreign_server s, pg_catalog.unnest(s.srvoptions) AS o(opt)
+             WHERE s.srvname = 'office_cluster' AND o.opt ~ '^p[0-9]+=') p
+     GROUP BY p.connstr
+     ORDER BY 1
+$$;
+COMMENT ON FUNCTION office._shards() IS
+    'Internal: the shard databases of office_cluster, each with its lowest partition.';
+
+-- A shard's name in error messages: its connection string without a password.
+CREATE FUNCTION office._shard_name(shard text) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT pg_catalog.regexp_replace(shard, 'password=\S*', 'password=***', 'g')
+$$;
+COMMENT ON FUNCTION office._shard_name(text) IS
+    'Internal: a shard connection string fit for an error message (password masked).';
+
+-- Where an entity lives, asked of one shard: its workspace, or no row. The
+-- kinds are the entities API.md §8 routes by id. (Argument names must not
+-- match a column: PL/Proxy substitutes them into the SELECT.)
+CREATE FUNCTION office._locate(_part integer, _kind text, _eid text) RETURNS SETOF text
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT a.workspace_id FROM office.agent_profiles a WHERE $2 = 'agent' AND a.id = $3
+    UNION ALL SELECT t.workspace_id FROM office.tasks t WHERE $2 = 'task' AND t.id = $3
+    UNION ALL SELECT r.workspace_id FROM office.routines r WHERE $2 = 'routine' AND r.id = $3
+    UNION ALL SELECT r.workspace_id FROM office.routine_triggers g JOIN office.routines r ON r.id = g.routine_id
+               WHERE $2 = 'trigger' AND g.id = $3
+    UNION ALL SELECT r.workspace_id FROM office.routine_runs x JOIN office.routines r ON r.id = x.routine_id
+               WHERE $2 = 'routine_run' AND x.id = $3
+    UNION ALL SELECT a.workspace_id FROM office.runs x JOIN office.agent_profiles a ON a.id = x.agent_profile_id
+               WHERE $2 = 'run' AND x.id = $3
+    UNION ALL SELECT a.workspace_id FROM office.wakeup_requests x JOIN office.agent_profiles a ON a.id = x.agent_profile_id
+               WHERE $2 = 'wakeup' AND x.id = $3;
+$$;
+COMMENT ON FUNCTION office._locate(integer, text, text) IS
+    'Internal: the workspace of one entity (agent, task, routine, trigger, routine_run, run, wakeup) on the shard of a partition.';
+
+-- The workspace of an entity, found by asking the shards in turn (no
+-- directory on the proxy: nothing to roll back, nothing to rebuild); NULL
+-- for an id no shard knows. A shard that cannot be asked is skipped; if the
+-- id is found nowhere else the call fails with 08006 naming the shard, since
+-- the entity may live there.
+CREATE FUNCTION office._workspace_of(kind text, entity_id text) RETURNS text
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s record;
+    v_ws text;
+    v_down text[] := '{}';
+BEGIN
+    IF entity_id IS NULL THEN
+        RETURN NULL;
+    END IF;
+    FOR s IN SELECT * FROM office._shards() LOOP
+        BEGIN
+            SELECT l INTO v_ws FROM office._locate(s.part, kind, entity_id) AS l LIMIT 1;
+        EXCEPTION WHEN OTHERS THEN
+            v_down := v_down || office._shard_name(s.shard);
+            CONTINUE;
+        END;
+        IF FOUND THEN
+            RETURN v_ws;
+        END IF;
+    END LOOP;
+    IF pg_catalog.cardinality(v_down) > 0 THEN
+        RAISE EXCEPTION USING ERRCODE = '08006',
+            MESSAGE = pg_catalog.format('office_proxy: cannot locate %s %s: shard %s unreachable',
+                                        kind, entity_id, pg_catalog.array_to_string(v_down, ', '));
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION office._workspace_of(text, text) IS
+    'The workspace of an entity (kind agent, task, routine, trigger, routine_run, run, wakeup) by its id, asked of the shards in turn; NULL for an id no shard knows; 08006 naming the shard when it may live on an unreachable one.';
+
+-- An id no shard knows goes to partition 0, whose shard answers as one
+-- database would (its outcome word or its SQLSTATE).
+CREATE FUNCTION office._route(kind text, entity_id text) RETURNS integer
+    LANGUAGE sql STABLE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(office._partition(office._workspace_of(kind, entity_id)), 0)
+$$;
+COMMENT ON FUNCTION office._route(text, text) IS
+    'The partition of an entity by its id (office._workspace_of); 0 for an id no shard knows.';
+
+-- The partition of a call's workspace, after the checks one database makes
+-- across workspaces that a shard cannot make about another shard: checks is
+-- {kind, id, sqlstate, ...}; an entity of another partition is refused with
+-- that SQLSTATE (OFW01 for a reference across workspaces, 23505 for an
+-- explicit id that exists). Two concurrent calls on two shards can still
+-- both pass (no lock spans shards), and a check against an unreachable shard
+-- is skipped with a WARNING: docs/scale-out.md.
+CREATE FUNCTION office._checked_partition(workspace_id text, checks text[]) RETURNS integer
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_part integer := office._partition(workspace_id);
+    v_other text;
+    i integer;
+BEGIN
+    IF workspace_id IS NULL THEN
+        RETURN v_part;
+    END IF;
+    FOR i IN 1 .. pg_catalog.cardinality(checks) / 3 LOOP
+        CONTINUE WHEN coalesce(checks[3 * i - 1], '') = '';
+        BEGIN
+            v_other := office._workspace_of(checks[3 * i - 2], checks[3 * i - 1]);
+        EXCEPTION WHEN SQLSTATE '08006' THEN
+            -- A stopped shard must not stop the others' workspaces: the check
+            -- is skipped (docs/scale-out.md, failure semantics).
+            RAISE WARNING '%, check skipped', SQLERRM;
+            CONTINUE;
+        END;
+        IF v_other IS NOT NULL AND office._partition(v_other) <> v_part THEN
+            RAISE EXCEPTION USING ERRCODE = checks[3 * i],
+                MESSAGE = pg_catalog.format('%s %L is of workspace %L, not of workspace %L',
+                                            checks[3 * i - 2], checks[3 * i - 1], v_other, workspace_id);
+        END IF;
+    END LOOP;
+    RETURN v_part;
+END
+$$;
+COMMENT ON FUNCTION office._checked_partition(text, text[]) IS
+    'Internal: the partition of a workspace after refusing entities of other partitions (checks: kind, id, sqlstate triples).';
