@@ -6,10 +6,17 @@ hostile values escaped, a database that is down shown as a banner."""
 
 from __future__ import annotations
 
+import os
 import re
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
 import pytest
 from starlette.testclient import TestClient
@@ -249,3 +256,35 @@ def test_recovers_when_the_server_drops_its_connections(
         " WHERE datname = current_database() AND pid <> pg_backend_pid()"
     )
     assert client.get("/").status_code == 200
+
+
+def test_officectl_ui_serves_and_prints_its_url(dsn: str, office: psycopg.Connection[Any]) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k != "OFFICE_DSN"} | {"PYTHONUNBUFFERED": "1"}
+    officectl = str(Path(sys.executable).with_name("officectl"))
+    proc = subprocess.Popen(
+        [officectl, "--dsn", dsn, "ui", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert f"http://127.0.0.1:{port}/" in line and "read-only" in line
+        # The URL is printed before uvicorn binds: wait for the socket to accept.
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                page = httpx.get(f"http://127.0.0.1:{port}/", timeout=10)
+                break
+            except httpx.ConnectError:
+                assert time.monotonic() < deadline and proc.poll() is None, proc.stderr
+                time.sleep(0.1)
+        assert page.status_code == 200 and 'data-stat="runs-queued"' in page.text
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
