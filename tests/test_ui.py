@@ -288,3 +288,21 @@ def test_officectl_ui_serves_and_prints_its_url(dsn: str, office: psycopg.Connec
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_fire_a_routine(actions: TestClient, office: psycopg.Connection[Any]) -> None:
+    office.execute("SELECT office.create_routine('w1', 'daily', '{}', 'a1', id => 'rt1')")
+    confirm = actions.get("/actions/fire_routine", params={"target": "rt1"})
+    assert confirm.status_code == 200
+    done = actions.post(
+        "/actions/fire_routine", data={"csrf": csrf_of(confirm.text), "target": "rt1"}
+    )
+    row = office.execute(
+        "SELECT status, source FROM office.routine_runs WHERE routine_id = 'rt1'"
+    ).fetchone()
+    assert row is not None and row[1] == "manual"
+    assert f'<strong id="outcome">{row[0]}</strong>' in done.text
+    unknown = actions.post(
+        "/actions/fire_routine", data={"csrf": csrf_of(confirm.text), "target": "nope"}
+    )
+    assert unknown.status_code == 400 and '<strong id="outcome">error</strong>' in unknown.text
