@@ -306,3 +306,62 @@ def test_fire_a_routine(actions: TestClient, office: psycopg.Connection[Any]) ->
         "/actions/fire_routine", data={"csrf": csrf_of(confirm.text), "target": "nope"}
     )
     assert unknown.status_code == 400 and '<strong id="outcome">error</strong>' in unknown.text
+
+
+@pytest.fixture
+def family(office: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
+    """A parent whose only child completed before the parent was assigned:
+    no edge delivered its wake, so it is stuck until a sweep."""
+    office.execute("SELECT office.create_task('w1', 'epic', %s)", (HOSTILE,))
+    office.execute("SELECT office.create_task('w1', 'story', 'child', parent_id => 'epic')")
+    office.execute("SELECT office.create_task('w1', 'blocker', 'b')")
+    office.execute("SELECT office.add_blocker('story', 'blocker')")
+    office.execute("SELECT office.move_task('story', 'COMPLETED')")
+    office.execute("SELECT office.assign_task('epic', 'a1')")
+    return office
+
+
+def test_task_page_shows_the_family_and_the_sweep_unsticks_it(
+    actions: TestClient, family: psycopg.Connection[Any]
+) -> None:
+    tasks = actions.get("/tasks")
+    assert tasks.status_code == 200 and tasks.text.count('<tr class="row">') == 3
+    epic = actions.get("/tasks/epic").text
+    assert 'data-field="stuck">yes' in epic and "<td>COMPLETED</td>" in epic
+    assert "&lt;script&gt;" in epic and "<script>" not in epic
+    story = actions.get("/tasks/story").text
+    assert '<a href="/tasks/blocker">blocker</a>' in story and '<a href="/tasks/epic">' in story
+    token = csrf_of(actions.get("/actions/sweep").text)
+    swept = actions.post("/actions/sweep", data={"csrf": token})
+    assert '<strong id="outcome">epic: queued</strong>' in swept.text
+    after = actions.get("/tasks/epic").text
+    assert 'data-field="stuck">no' in after and "generation delivered" in after
+    assert actions.get("/tasks/nope").status_code == 404
+
+
+def test_routines_wakeups_and_events_pages(
+    actions: TestClient, family: psycopg.Connection[Any]
+) -> None:
+    family.execute("SELECT office.create_routine('w1', %s, '{}', 'a2', id => 'light')", (HOSTILE,))
+    listing = actions.get("/routines")
+    assert listing.status_code == 200 and '<a href="/routines/light">light</a>' in listing.text
+    assert "<script>" not in listing.text
+    token = csrf_of(actions.get("/actions/fire_routine", params={"target": "light"}).text)
+    actions.post("/actions/fire_routine", data={"csrf": token, "target": "light"})
+    routine = actions.get("/routines/light").text
+    fired = family.execute("SELECT count(*) FROM office.routine_runs").fetchone()
+    assert fired is not None and routine.count('<tr class="routine-run">') == fired[0] == 1
+    assert "Fire this routine now" in routine
+    wakeups = actions.get("/wakeups")
+    queued = family.execute("SELECT count(*) FROM office.wakeup_requests").fetchone()
+    assert queued is not None and queued[0] >= 1
+    assert wakeups.text.count('<tr class="row">') == queued[0]
+    events = actions.get("/events")
+    written = family.execute("SELECT count(*) FROM office.events").fetchone()
+    assert written is not None and written[0] > 0
+    assert events.text.count('<tr class="row">') == min(written[0], PAGE_SIZE)
+    assert "nothing set aside" in events.text
+    family.execute("SELECT office.set_aside('subscriber', '1', %s, 'XX000')", (HOSTILE,))
+    poisoned = actions.get("/events").text
+    assert "&lt;script&gt;" in poisoned and "<script>" not in poisoned
+    assert stat(actions.get("/").text, "poison-subscriber") == 1

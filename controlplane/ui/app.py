@@ -15,7 +15,7 @@ import hmac
 import logging
 import secrets
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,6 +24,7 @@ from typing import Any
 import jinja2
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
+from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -36,7 +37,13 @@ from controlplane.errors import OfficeError
 from controlplane.models import AgentStatus
 from controlplane.routines import RoutineSource
 from controlplane.ui import chart
-from controlplane.ui.queries import ACTION_FUNCTIONS, Dashboard, NotVisible, RunFilter
+from controlplane.ui.queries import (
+    ACTION_FUNCTIONS,
+    PAGE_SIZE,
+    Dashboard,
+    NotVisible,
+    RunFilter,
+)
 
 log = logging.getLogger("office.ui")
 
@@ -219,6 +226,96 @@ class UI:
         actions = self.allow_actions and dash.may_call("pause_agent")
         return self.render(request, "agents.html", agents=agents, may_act=actions, after=after)
 
+    def table(
+        self,
+        request: Request,
+        title: str,
+        rows: Sequence[BaseModel],
+        *,
+        links: Mapping[str, str] | None = None,
+        next_key: str | None = None,
+        extra: str = "",
+    ) -> Response:
+        """A list page: one table of ``rows``; ``links`` makes a column a link
+        (column -> URL prefix); a full page links on from ``next_key``."""
+        columns = list(type(rows[0]).model_fields) if rows else []
+        more = len(rows) >= PAGE_SIZE
+        return self.render(
+            request,
+            "table.html",
+            title=title,
+            columns=columns,
+            rows=[row.model_dump(mode="json") for row in rows],
+            links=links or {},
+            next_query={"after": next_key} if more and next_key else None,
+            extra=extra,
+        )
+
+    def wakeups(self, request: Request, dash: Dashboard) -> Response:
+        rows = dash.wakeups(request.query_params.get("after") or None)
+        return self.table(
+            request,
+            "Wakeup requests",
+            rows,
+            links={"run_id": "/runs/"},
+            next_key=rows[-1].id if rows else None,
+        )
+
+    def events(self, request: Request, dash: Dashboard) -> Response:
+        after = request.query_params.get("after", "")
+        rows = dash.events(int(after) if after.isdigit() else None)
+        poison = dash.poison()
+        page = self.table(
+            request,
+            "Events (the outbox)",
+            rows,
+            links={"task_id": "/tasks/"},
+            next_key=str(rows[-1].id) if rows else None,
+            extra=self.env.get_template("poison.html").render(poison=poison),
+        )
+        return page
+
+    def routines(self, request: Request, dash: Dashboard) -> Response:
+        rows = dash.routines(request.query_params.get("after") or None)
+        return self.table(
+            request,
+            "Routines",
+            rows,
+            links={"id": "/routines/"},
+            next_key=rows[-1].id if rows else None,
+        )
+
+    def routine(self, request: Request, dash: Dashboard) -> Response:
+        routine_id = request.path_params["routine_id"]
+        routine, triggers, runs = dash.routine(routine_id)
+        if routine is None:
+            return self.render(request, "missing.html", status=404, what="routine", id=routine_id)
+        return self.render(
+            request,
+            "routine.html",
+            routine=routine,
+            triggers=triggers,
+            runs=runs,
+            may_fire=self.allow_actions and dash.may_call("fire_routine"),
+        )
+
+    def tasks(self, request: Request, dash: Dashboard) -> Response:
+        rows = dash.tasks(request.query_params.get("after") or None)
+        return self.table(
+            request,
+            "Tasks",
+            rows,
+            links={"id": "/tasks/", "parent_id": "/tasks/"},
+            next_key=rows[-1].id if rows else None,
+        )
+
+    def task(self, request: Request, dash: Dashboard) -> Response:
+        task_id = request.path_params["task_id"]
+        view = dash.task(task_id)
+        if view is None:
+            return self.render(request, "missing.html", status=404, what="task", id=task_id)
+        return self.render(request, "task.html", view=view)
+
     # --- actions -----------------------------------------------------------
 
     def _refusal(self, request: Request, dash: Dashboard, action: str) -> Response | None:
@@ -317,6 +414,12 @@ def create_app(
             Route("/runs", ui.page(ui.runs)),
             Route("/runs/{run_id}", ui.page(ui.run)),
             Route("/agents", ui.page(ui.agents)),
+            Route("/tasks", ui.page(ui.tasks)),
+            Route("/tasks/{task_id}", ui.page(ui.task)),
+            Route("/routines", ui.page(ui.routines)),
+            Route("/routines/{routine_id}", ui.page(ui.routine)),
+            Route("/wakeups", ui.page(ui.wakeups)),
+            Route("/events", ui.page(ui.events)),
             Route("/actions/{action}", action, methods=["GET", "POST"]),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ],

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict
 
 from controlplane.client import Office
 from controlplane.models import Agent, Run, RunStatus
+from controlplane.tasks import Task
 
 #: Rows per page of every list.
 PAGE_SIZE = 50
@@ -120,6 +121,119 @@ class RunPage(BaseModel):
 
     runs: list[Run]
     next_before: str | None
+
+
+class Wakeup(BaseModel):
+    """A row of ``office.wakeup_requests``."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    id: str
+    agent_profile_id: str
+    source: str
+    reason: str
+    status: str
+    coalesced_count: int
+    idempotency_key: str | None
+    run_id: str | None
+    requested_at: datetime
+
+
+class Event(BaseModel):
+    """A row of ``office.events`` (the outbox)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    id: int
+    topic: str
+    task_id: str | None
+    created_at: datetime
+    processed_at: datetime | None
+    claimed_by: str | None
+    deliveries: int
+
+
+class Poison(BaseModel):
+    """A row of ``office.poison`` (granted to office_reader)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    loop: str
+    row_id: str
+    reason: str
+    sqlstate: str | None
+    set_aside_at: datetime
+    reported_at: datetime | None
+
+
+class Routine(BaseModel):
+    """A row of ``office.routines``."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    id: str
+    workspace_id: str
+    name: str
+    assignee_agent_profile_id: str | None
+    concurrency_policy: str
+    catch_up_policy: str
+    status: str
+    last_run_at: datetime | None
+
+
+class Trigger(BaseModel):
+    """A row of ``office.routine_triggers``."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    id: str
+    kind: str
+    cron_expression: str | None
+    timezone: str
+    next_run_at: datetime | None
+    last_fired_at: datetime | None
+    enabled: bool
+
+
+class RoutineRun(BaseModel):
+    """A row of ``office.routine_runs``."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    id: str
+    source: str
+    status: str
+    linked_task_id: str
+    coalesced_into_run_id: str
+    wakeup_request_id: str | None
+    error_message: str | None
+    created_at: datetime
+
+
+class Receipt(BaseModel):
+    """A parent's ``office.parent_child_wake_receipts`` row."""
+
+    model_config = ConfigDict(frozen=True)
+
+    child_set_key: str
+    child_generation: str
+    delivered_run_id: str
+    delivery_operation_id: str
+    delivered_at: datetime
+
+
+class TaskView(BaseModel):
+    """A task and what decides its parent wake."""
+
+    model_config = ConfigDict(frozen=True)
+
+    task: Task
+    children: list[Task]
+    blockers: list[Task]
+    child_generation: str | None
+    receipt: Receipt | None
+    #: Among the first :data:`PAGE_SIZE` stuck parents list_stuck_parents finds.
+    stuck: bool
 
 
 def _escape_like(prefix: str) -> str:
@@ -234,3 +348,98 @@ class Dashboard:
             {"fn": ACTION_FUNCTIONS[action]},
         )
         return bool(row["ok"])
+
+    def _page(
+        self, table: str, key: str, after: str | None, where: str = "true"
+    ) -> list[dict[str, Any]]:
+        """A keyset page of an office table by its primary key, newest first
+        (``after`` is the last key of the previous page)."""
+        query = sql.SQL(
+            "SELECT t.* FROM office.{table} t WHERE ({where})"
+            " AND (%(after)s::text IS NULL OR t.{key}::text < %(after)s)"
+            " ORDER BY t.{key} DESC LIMIT %(limit)s"
+        ).format(table=sql.Identifier(table), key=sql.Identifier(key), where=sql.SQL(where))
+        return self._rows(query, {"after": after, "limit": PAGE_SIZE})
+
+    def wakeups(self, after: str | None = None) -> list[Wakeup]:
+        return [Wakeup.model_validate(r) for r in self._page("wakeup_requests", "id", after)]
+
+    def events(self, before: int | None = None) -> list[Event]:
+        # Events have bigint ids: compared as numbers, so the index is used.
+        rows = self._rows(
+            "SELECT e.* FROM office.events e WHERE %(before)s::bigint IS NULL OR e.id < %(before)s"
+            " ORDER BY e.id DESC LIMIT %(limit)s",
+            {"before": before, "limit": PAGE_SIZE},
+        )
+        return [Event.model_validate(r) for r in rows]
+
+    def poison(self) -> list[Poison]:
+        rows = self._rows(
+            "SELECT loop, row_id, reason, sqlstate, set_aside_at, reported_at FROM office.poison"
+            " ORDER BY loop, row_id LIMIT %(limit)s",
+            {"limit": PAGE_SIZE},
+        )
+        return [Poison.model_validate(r) for r in rows]
+
+    def routines(self, after: str | None = None) -> list[Routine]:
+        return [Routine.model_validate(r) for r in self._page("routines", "id", after)]
+
+    def routine(self, routine_id: str) -> tuple[Routine | None, list[Trigger], list[RoutineRun]]:
+        """A routine, its triggers and its newest runs (the one holding the
+        gate is the task_created one)."""
+        found = self._rows("SELECT * FROM office.routines WHERE id = %(id)s", {"id": routine_id})
+        if not found:
+            return None, [], []
+        triggers = self._rows(
+            "SELECT * FROM office.routine_triggers WHERE routine_id = %(id)s"
+            " ORDER BY id LIMIT %(limit)s",
+            {"id": routine_id, "limit": PAGE_SIZE},
+        )
+        runs = self._rows(
+            "SELECT * FROM office.routine_runs WHERE routine_id = %(id)s"
+            " ORDER BY id DESC LIMIT %(limit)s",
+            {"id": routine_id, "limit": PAGE_SIZE},
+        )
+        return (
+            Routine.model_validate(found[0]),
+            [Trigger.model_validate(r) for r in triggers],
+            [RoutineRun.model_validate(r) for r in runs],
+        )
+
+    def tasks(self, after: str | None = None) -> list[Task]:
+        return [Task.model_validate(r) for r in self._page("tasks", "id", after)]
+
+    def task(self, task_id: str) -> TaskView | None:
+        task = self._office.get_task(task_id)
+        if task is None:
+            return None
+        params = {"id": task_id, "limit": PAGE_SIZE}
+        children = self._rows(
+            "SELECT * FROM office.tasks WHERE parent_id = %(id)s ORDER BY id LIMIT %(limit)s",
+            params,
+        )
+        blockers = self._rows(
+            "SELECT t.* FROM office.task_blockers b JOIN office.tasks t ON t.id = b.blocker_task_id"
+            " WHERE b.task_id = %(id)s ORDER BY t.id LIMIT %(limit)s",
+            params,
+        )
+        receipt = self._rows(
+            "SELECT child_set_key, child_generation, delivered_run_id, delivery_operation_id,"
+            " delivered_at FROM office.parent_child_wake_receipts WHERE parent_task_id = %(id)s",
+            params,
+        )
+        (extra,) = self._rows(
+            "SELECT CASE WHEN EXISTS (SELECT FROM office.tasks c WHERE c.parent_id = %(id)s)"
+            " THEN office.child_generation(%(id)s) END AS generation,"
+            " EXISTS (SELECT FROM office.list_stuck_parents(%(limit)s) s"
+            " WHERE s.parent_task_id = %(id)s) AS stuck",
+            params,
+        )
+        return TaskView(
+            task=task,
+            children=[Task.model_validate(r) for r in children],
+            blockers=[Task.model_validate(r) for r in blockers],
+            child_generation=extra["generation"],
+            receipt=Receipt.model_validate(receipt[0]) if receipt else None,
+            stuck=bool(extra["stuck"]),
+        )
