@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ import psycopg
 import pytest
 from starlette.testclient import TestClient
 
-from controlplane.ui import create_app
+from controlplane.ui import chart, create_app
 from controlplane.ui.queries import PAGE_SIZE
 
 HOSTILE = "<script>alert('x')</script>\"'&"
@@ -258,36 +260,85 @@ def test_recovers_when_the_server_drops_its_connections(
     assert client.get("/").status_code == 200
 
 
-def test_officectl_ui_serves_and_prints_its_url(dsn: str, office: psycopg.Connection[Any]) -> None:
+@contextmanager
+def served(dsn: str, *args: str) -> Iterator[tuple[str, str]]:
+    """``officectl ui`` as a process on a free port: yields its URL and the
+    line it printed, once it answers."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if k != "OFFICE_DSN"} | {"PYTHONUNBUFFERED": "1"}
     officectl = str(Path(sys.executable).with_name("officectl"))
     proc = subprocess.Popen(
-        [officectl, "--dsn", dsn, "ui", "--port", str(port)],
+        [officectl, "--dsn", dsn, "ui", "--port", str(port), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=env,
     )
+    url = f"http://127.0.0.1:{port}/"
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
-        assert f"http://127.0.0.1:{port}/" in line and "read-only" in line
         # The URL is printed before uvicorn binds: wait for the socket to accept.
         deadline = time.monotonic() + 60
         while True:
             try:
-                page = httpx.get(f"http://127.0.0.1:{port}/", timeout=10)
+                httpx.get(url, timeout=10)
                 break
             except httpx.ConnectError:
                 assert time.monotonic() < deadline and proc.poll() is None, proc.stderr
                 time.sleep(0.1)
-        assert page.status_code == 200 and 'data-stat="runs-queued"' in page.text
+        yield url, line
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_officectl_ui_serves_and_prints_its_url(dsn: str, office: psycopg.Connection[Any]) -> None:
+    with served(dsn) as (url, line):
+        assert url in line and "read-only" in line
+        page = httpx.get(url, timeout=10)
+        assert page.status_code == 200 and 'data-stat="runs-queued"' in page.text
+
+
+CHROMIUM = shutil.which("chromium")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
+def test_overview_screenshot_in_chromium(
+    dsn: str, family: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    """Headless Chromium draws the overview (the README's picture: set
+    OFFICE_UI_SCREENSHOT to a path to keep it)."""
+    assert CHROMIUM is not None
+    with served(dsn) as (url, _):
+        httpx.get(url, timeout=10)  # the chart's first sample
+        for i in range(12):
+            family.execute("SELECT office.enqueue_run('a2', %s, '{}', %s)", (f"r{i % 4}", f"k{i}"))
+        time.sleep(chart.MIN_SPACING.total_seconds() + 0.5)  # a second sample, not merged
+        shot = tmp_path / "overview.png"
+        subprocess.run(
+            [
+                CHROMIUM,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--no-first-run",
+                "--hide-scrollbars",
+                "--window-size=1100,1500",
+                f"--screenshot={shot}",
+                url,
+            ],
+            capture_output=True,
+            timeout=120,
+            check=True,
+        )
+    assert shot.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    keep = os.environ.get("OFFICE_UI_SCREENSHOT")
+    if keep:
+        shutil.copyfile(shot, keep)
 
 
 def test_fire_a_routine(actions: TestClient, office: psycopg.Connection[Any]) -> None:

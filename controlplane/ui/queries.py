@@ -273,7 +273,8 @@ class Dashboard:
                 port=info.port,
                 dbname=info.dbname,
                 role=str(role[0]) if role else "",
-                server_version=str(info.server_version),
+                # libpq's number: 150018 is 15.18 (since PostgreSQL 10).
+                server_version=f"{info.server_version // 10000}.{info.server_version % 10000}",
             )
 
     def queue_stats(self) -> list[QueueStat]:
