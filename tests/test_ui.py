@@ -200,7 +200,7 @@ def test_sweep_once(actions: TestClient) -> None:
 def test_post_without_csrf_is_refused(actions: TestClient, office: psycopg.Connection[Any]) -> None:
     row = office.execute("SELECT id FROM office.runs WHERE idempotency_key = 'issue:2'").fetchone()
     assert row is not None
-    for data in ({"target": row[0]}, {"target": row[0], "csrf": "forged"}):
+    for data in ({"target": row[0]}, {"target": row[0], "csrf": "forged"}, {"csrf": "é"}):
         refused = actions.post("/actions/cancel_run", data=data)
         assert refused.status_code == 403 and "CSRF" in refused.text
     assert office.execute("SELECT status FROM office.runs WHERE id = %s", (row[0],)).fetchone() == (
@@ -416,3 +416,10 @@ def test_routines_wakeups_and_events_pages(
     poisoned = actions.get("/events").text
     assert "&lt;script&gt;" in poisoned and "<script>" not in poisoned
     assert stat(actions.get("/").text, "poison-subscriber") == 1
+
+
+def test_values_the_server_refuses_are_one_line(client: TestClient) -> None:
+    refused = client.get("/runs", params={"agent": "a\x00b"})
+    assert refused.status_code == 400 and "NUL" in refused.text
+    assert "Traceback" not in refused.text
+    assert client.get("/events", params={"after": "9" * 40}).status_code == 200

@@ -32,6 +32,7 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from controlplane.cli_base import describe
 from controlplane.client import Office
 from controlplane.errors import OfficeError
 from controlplane.models import AgentStatus
@@ -103,7 +104,7 @@ class Database:
             yield Dashboard(office)
         except (psycopg.OperationalError, PoolTimeout) as exc:
             self.discard()
-            raise DatabaseDown(str(exc).splitlines()[0] if str(exc) else "") from None
+            raise DatabaseDown(describe(exc)) from None
 
     def close(self) -> None:
         self.discard()
@@ -159,6 +160,11 @@ class UI:
                 return self.render(request, "down.html", status=503)
             except NotVisible as exc:
                 return self.render(request, "not_visible.html", status=403, detail=str(exc))
+            except psycopg.Error as exc:
+                # A value the server refused (a malformed filter, say): its
+                # one line, not a traceback.
+                log.warning("page failed: %s", exc)
+                return self.render(request, "refused.html", status=400, why=describe(exc))
 
         return endpoint
 
@@ -263,9 +269,10 @@ class UI:
 
     def events(self, request: Request, dash: Dashboard) -> Response:
         after = request.query_params.get("after", "")
-        rows = dash.events(int(after) if after.isdigit() else None)
+        # An id past bigint is no id: the first page.
+        rows = dash.events(int(after) if after.isdigit() and len(after) < 19 else None)
         poison = dash.poison()
-        page = self.table(
+        return self.table(
             request,
             "Events (the outbox)",
             rows,
@@ -273,7 +280,6 @@ class UI:
             next_key=str(rows[-1].id) if rows else None,
             extra=self.env.get_template("poison.html").render(poison=poison),
         )
-        return page
 
     def routines(self, request: Request, dash: Dashboard) -> Response:
         rows = dash.routines(request.query_params.get("after") or None)
@@ -350,7 +356,7 @@ class UI:
         refusal = self._refusal(request, dash, action)
         if refusal is not None:
             return refusal
-        if not hmac.compare_digest(form.get("csrf", ""), self.csrf):
+        if not hmac.compare_digest(form.get("csrf", "").encode(), self.csrf.encode()):
             return self.render(
                 request, "refused.html", status=403, why="missing or wrong CSRF token"
             )
@@ -379,7 +385,7 @@ class UI:
                 action=action,
                 target=target,
                 outcome="error",
-                detail=str(exc).splitlines()[0],
+                detail=describe(exc),
             )
         return self.render(
             request, "outcome.html", action=action, target=target, outcome=str(outcome), detail=""

@@ -21,6 +21,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 from pydantic import BaseModel, ConfigDict
 
+from controlplane.cli_base import describe
 from controlplane.client import Office
 from controlplane.models import Agent, Run, RunStatus
 from controlplane.tasks import Task
@@ -256,7 +257,7 @@ class Dashboard:
             try:
                 yield cur
             except psycopg.errors.InsufficientPrivilege as exc:
-                raise NotVisible(str(exc).splitlines()[0]) from None
+                raise NotVisible(describe(exc)) from None
 
     def _rows(
         self, query: str | sql.Composed, params: Mapping[str, Any] | None = None
@@ -357,7 +358,7 @@ class Dashboard:
         (``after`` is the last key of the previous page)."""
         query = sql.SQL(
             "SELECT t.* FROM office.{table} t WHERE ({where})"
-            " AND (%(after)s::text IS NULL OR t.{key}::text < %(after)s)"
+            " AND (%(after)s::text IS NULL OR t.{key} < %(after)s)"
             " ORDER BY t.{key} DESC LIMIT %(limit)s"
         ).format(table=sql.Identifier(table), key=sql.Identifier(key), where=sql.SQL(where))
         return self._rows(query, {"after": after, "limit": PAGE_SIZE})
