@@ -23,7 +23,7 @@ import psycopg
 import pytest
 from starlette.testclient import TestClient
 
-from controlplane.ui import chart, create_app
+from controlplane.ui import app, chart, create_app
 from controlplane.ui.queries import PAGE_SIZE
 
 HOSTILE = "<script>alert('x')</script>\"'&"
@@ -423,3 +423,12 @@ def test_values_the_server_refuses_are_one_line(client: TestClient) -> None:
     assert refused.status_code == 400 and "NUL" in refused.text
     assert "Traceback" not in refused.text
     assert client.get("/events", params={"after": "9" * 40}).status_code == 200
+
+
+def test_pages_run_under_a_statement_timeout(client: TestClient) -> None:
+    """A filter that walks a huge table is cut off by the server, not left
+    to load it: the pages' connections carry statement_timeout."""
+    database = client.app.state.ui.database  # type: ignore[attr-defined]
+    with database.dashboard() as dash, dash.office.pool.connection() as conn:
+        row = conn.execute("SHOW statement_timeout").fetchone()
+    assert row == (app.STATEMENT_TIMEOUT,)

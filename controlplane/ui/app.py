@@ -51,6 +51,16 @@ log = logging.getLogger("office.ui")
 HERE = Path(__file__).parent
 #: Seconds a page waits for the database before it shows the banner.
 CONNECT_TIMEOUT = 3.0
+#: The longest statement a page may run. Lists are keyset pages on primary
+#: keys, but a filter that matches almost nothing walks the key to its end;
+#: past this the page says so instead of loading the database it watches.
+STATEMENT_TIMEOUT = "5s"
+
+
+def _configure(conn: psycopg.Connection[Any]) -> None:
+    conn.execute(
+        "SELECT pg_catalog.set_config('statement_timeout', %s, false)", (STATEMENT_TIMEOUT,)
+    )
 
 
 class DatabaseDown(Exception):
@@ -80,6 +90,7 @@ class Database:
                     # A connection the server dropped is found at checkout,
                     # not by the page that would use it.
                     check=ConnectionPool.check_connection,
+                    configure=_configure,
                     open=False,
                     name="office-ui",
                 )
