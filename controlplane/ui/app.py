@@ -171,9 +171,9 @@ class UI:
                 return self.render(request, "down.html", status=503)
             except NotVisible as exc:
                 return self.render(request, "not_visible.html", status=403, detail=str(exc))
-            except psycopg.Error as exc:
-                # A value the server refused (a malformed filter, say): its
-                # one line, not a traceback.
+            except (OfficeError, psycopg.Error) as exc:
+                # A value the server or the client refused (a malformed
+                # filter, say): its one line, not a traceback.
                 log.warning("page failed: %s", exc)
                 return self.render(request, "refused.html", status=400, why=describe(exc))
 
