@@ -32,9 +32,9 @@ deps:
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check -e '.[test]' 2>&1 | { grep -v "is ignored" || true; }; \
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[test,ui]' 2>&1 | { grep -v "is ignored" || true; }; \
 	    test $${PIPESTATUS[0]} -eq 0
-	$(BIN)/python -c "import controlplane, psycopg, asyncpg, yoyo, pytest_postgresql"
+	$(BIN)/python -c "import controlplane, psycopg, asyncpg, yoyo, pytest_postgresql, starlette, jinja2, uvicorn"
 	touch $@
 
 install:

@@ -15,7 +15,15 @@ import logging
 
 import click
 
-from controlplane import cli_cluster, cli_doctor, cli_observe, cli_queue, cli_run, cli_worker
+from controlplane import (
+    cli_cluster,
+    cli_doctor,
+    cli_observe,
+    cli_queue,
+    cli_run,
+    cli_ui,
+    cli_worker,
+)
 from controlplane.cli_base import Context, one_line_errors
 from controlplane.cli_db import db, migrate
 
@@ -48,4 +56,6 @@ for _command in (
 main.add_command(cli_run.run)
 main.add_command(cli_run.demo)
 for _command in cli_worker.COMMANDS:
+    main.add_command(_command)
+for _command in cli_ui.COMMANDS:
     main.add_command(_command)

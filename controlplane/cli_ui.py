@@ -1,0 +1,49 @@
+"""``officectl ui``: serve the dashboard (``controlplane.ui``) with uvicorn.
+
+Its libraries are the ``ui`` extra; without them the command says how to
+install them instead of failing on an import.
+"""
+
+from __future__ import annotations
+
+import click
+
+from controlplane.cli_base import Context, connect, one_line_errors, stdout
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535))
+@click.option(
+    "--allow-actions",
+    is_flag=True,
+    help="Offer actions (cancel a run, pause/resume an agent, fire a routine, "
+    "sweep once) where the role may call them.",
+)
+@click.pass_obj
+@one_line_errors
+def ui(obj: Context, host: str, port: int, allow_actions: bool) -> None:
+    """The operator's dashboard: server-rendered pages over office's views
+    and functions, read-only unless --allow-actions."""
+    try:
+        import uvicorn
+
+        from controlplane.ui import create_app
+    except ImportError as exc:
+        raise click.ClickException(
+            f"officectl ui needs the ui extra ({exc.name} is missing): "
+            "pip install 'office-controlplane[ui]'"
+        ) from None
+    url = obj.database_url()
+    connect(url).close()  # a wrong DSN is one line now, not a banner later
+    app = create_app(url, allow_actions=allow_actions)
+    shown = f"[{host}]" if ":" in host else host
+    stdout.print(
+        f"officectl ui on http://{shown}:{port}/ "
+        f"({'actions on' if allow_actions else 'read-only'}); Ctrl-C stops it",
+        highlight=False,
+    )
+    uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+COMMANDS = (ui,)
