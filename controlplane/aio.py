@@ -50,37 +50,35 @@ from controlplane.client import (
 )
 from controlplane.errors import wrap_exceptions
 from controlplane.models import (
+    CHILDREN_COMPLETED,
+    ActorType,
     Agent,
+    AssignResult,
     BulkEnqueueItem,
-    EnqueueRequest,
-    EnqueueResult,
-    ExecuteResult,
-    KeylessCause,
-    Run,
-    RunKey,
-)
-from controlplane.observability import Reporter
-from controlplane.parent_wake import CHILDREN_COMPLETED, ReconcileResult, StuckParent
-from controlplane.routines import (
     CatchUpPolicy,
     ConcurrencyPolicy,
     DispatchRoutineResult,
+    EnqueueRequest,
+    EnqueueResult,
+    Event,
+    ExecuteResult,
+    KeylessCause,
+    ReconcileResult,
     Routine,
     RoutineSource,
     RoutineTerminal,
     RoutineTrigger,
-    WakeupDispatchResult,
-    WakeupResult,
-)
-from controlplane.tasks import (
-    ActorType,
-    AssignResult,
-    Event,
+    Run,
+    RunKey,
+    StuckParent,
     Task,
     TaskResult,
     TaskState,
     TaskTerminalStatus,
+    WakeupDispatchResult,
+    WakeupResult,
 )
+from controlplane.observability import Reporter
 
 T = TypeVar("T")
 

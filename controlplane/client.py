@@ -54,42 +54,39 @@ from pydantic import ValidationError
 
 from controlplane.errors import DedupIndexHit, InvalidArgument, OfficeError, wrap_exceptions
 from controlplane.models import (
+    CHILDREN_COMPLETED,
+    ActorType,
     Agent,
+    AssignResult,
     BulkEnqueueItem,
+    CatchUpPolicy,
+    ConcurrencyPolicy,
     DedupHit,
     DedupKind,
     DedupQueue,
+    DispatchRoutineResult,
     EnqueueRequest,
     EnqueueResult,
+    Event,
     ExecuteResult,
     KeylessCause,
-    Run,
-    RunKey,
-)
-from controlplane.observability import Reporter, report_missing_column
-from controlplane.parent_wake import CHILDREN_COMPLETED, ReconcileResult, StuckParent
-from controlplane.routines import (
-    CatchUpPolicy,
-    ConcurrencyPolicy,
-    DispatchRoutineResult,
+    ReconcileResult,
     Routine,
     RoutineSource,
     RoutineTerminal,
     RoutineTrigger,
-    WakeupDispatchResult,
-    WakeupOutcome,
-    WakeupResult,
-    report_dispatch,
-)
-from controlplane.tasks import (
-    ActorType,
-    AssignResult,
-    Event,
+    Run,
+    RunKey,
+    StuckParent,
     Task,
     TaskResult,
     TaskState,
     TaskTerminalStatus,
+    WakeupDispatchResult,
+    WakeupOutcome,
+    WakeupResult,
 )
+from controlplane.observability import Reporter, report_missing_column
 
 T = TypeVar("T")
 
@@ -836,7 +833,7 @@ class Operations:
         }
         reply = yield Call(DISPATCH_ROUTINE, params)
         result = DispatchRoutineResult.model_validate(reply.rows[0])
-        report_dispatch(self.reporter, routine_id, str(source), result)
+        self.reporter.report_dispatch(routine_id, str(source), result)
         return result
 
     def request_wakeup(

@@ -67,19 +67,13 @@ from rich.table import Table
 
 from controlplane import keys
 from controlplane.client import Office
+from controlplane.cron import TickPlan
 from controlplane.daemon import Daemon, DaemonConfig
 from controlplane.daemon.cron import CronLoop
 from controlplane.daemon.loop import DatabaseHealth, fetch
 from controlplane.daemon.metrics import daemon_metrics_for
-from controlplane.models import Run
-from controlplane.routines import (
-    DispatchRoutineResult,
-    RoutineTrigger,
-    TickPlan,
-    WakeupOutcome,
-)
+from controlplane.models import DispatchRoutineResult, Event, RoutineTrigger, Run, WakeupOutcome
 from controlplane.subscriber import EventSubscriber
-from controlplane.tasks import Event
 from controlplane.worker import Retry, Worker
 
 __all__ = ["DemoReport", "Invariant", "run_demo"]

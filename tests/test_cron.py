@@ -16,8 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from controlplane.aio import AsyncOffice
 from controlplane.client import Office
-from controlplane.errors import InvalidArgument
-from controlplane.routines import (
+from controlplane.cron import (
     BROKEN_TRIGGER_RETRY,
     CatchUpPolicy,
     Fire,
@@ -29,6 +28,7 @@ from controlplane.routines import (
     next_tick,
     plan_tick,
 )
+from controlplane.errors import InvalidArgument
 
 NY = "America/New_York"
 

@@ -33,19 +33,11 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from controlplane.cron import TickPlan, next_tick, plan_tick
 from controlplane.daemon.loop import Loop, fetch, is_connection_error
 from controlplane.errors import RoutineNotFound
+from controlplane.models import DispatchRoutineResult, RoutineSource, RoutineTrigger
 from controlplane.observability import Reporter
-from controlplane.routines import (
-    DispatchRoutineResult,
-    RoutineSource,
-    RoutineTrigger,
-    TickPlan,
-    next_tick,
-    plan_tick,
-    report_dispatch,
-    routine_run_counter,
-)
 from controlplane.subscriber import poison_reason
 
 __all__ = ["DUE_ROUTINE_TRIGGERS", "FIRE_ROUTINE_TICK", "CronLoop", "TickOutcome"]
@@ -175,9 +167,7 @@ class CronLoop(Loop):
             return TickOutcome.LOST
         if row["routine_run_id"] is None:
             self.metrics.ticks.labels(outcome=TickOutcome.ERROR).inc()
-            routine_run_counter(self.reporter.metrics.registry).labels(
-                workspace=row["workspace_id"] or "", source="cron", disposition="failed"
-            ).inc()
+            self.reporter.report_routine_run(row["workspace_id"], "cron", "failed")
             log.warning(
                 "routine tick dispatch failed; the tick is spent",
                 extra={
@@ -209,4 +199,4 @@ class CronLoop(Loop):
 
     def report(self, routine_id: str, result: DispatchRoutineResult) -> None:
         """What the clients report for a fire (``Office.dispatch_routine``)."""
-        report_dispatch(self.reporter, routine_id, RoutineSource.CRON.value, result)
+        self.reporter.report_dispatch(routine_id, RoutineSource.CRON.value, result)

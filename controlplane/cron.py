@@ -1,19 +1,15 @@
-"""Routines and wakeup requests (API.md §4; DOMAIN.md §1.5-§1.6, §2.16-§2.18).
+"""Cron arithmetic, pure (no I/O): the ticks of a routine trigger and what
+one trigger owes at a given moment (the cron loop, :mod:`controlplane.daemon.cron`,
+claims and fires it with ``office.fire_routine_tick``).
 
-Three parts:
-
-* the typed results of the routine and wakeup functions, for both clients;
-* cron: :func:`next_tick` and :func:`latest_tick` compute ticks of a 5-field
-  cron expression in a time zone (with cronsim, which follows Debian cron
-  across DST changes: a job at a fixed local time that falls into the hour
-  skipped in spring runs once, right after the jump; one that falls into the
-  hour repeated in autumn runs once, at its first occurrence; a job that
-  runs every hour runs every elapsed hour);
-* the cron loop's step, callable on its own (``officectl run`` drives it):
-  :func:`plan_tick` / :func:`due_fires` decide what one trigger owes at a
-  given moment under the routine's catch-up policy, and :func:`fire_due`
-  (:func:`fire_due_async`) claims the tick with ``claim_routine_tick`` and
-  dispatches it with the claimed tick.
+* :func:`next_tick` and :func:`latest_tick` compute ticks of a 5-field cron
+  expression in a time zone (with cronsim, which follows Debian cron across
+  DST changes: a job at a fixed local time that falls into the hour skipped
+  in spring runs once, right after the jump; one that falls into the hour
+  repeated in autumn runs once, at its first occurrence; a job that runs
+  every hour runs every elapsed hour);
+* :func:`plan_tick` / :func:`due_fires` decide what one trigger owes at a
+  given moment under the routine's catch-up policy.
 
 Catch-up. When the loop looks at a trigger, every tick from the stored
 ``next_run_at`` (the *claimed* tick) up to now is due. One tick due: one fire.
@@ -29,26 +25,27 @@ Either way the fire is keyed with the claimed tick, so a redelivery of the
 same claim dedups on the wakeup key and the next claim does not. A trigger
 that was never armed (``next_run_at`` NULL) is armed with its next tick, and
 fires nothing. An expression or time zone that cannot be computed (say, the
-30th of February) re-arms the trigger 24 hours later (logged at WARNING).
+30th of February) gets a plan that re-arms the trigger 24 hours later
+(logged at WARNING); the daemon's loop sets such a trigger aside instead.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
-from prometheus_client import CollectorRegistry, Counter
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from controlplane.errors import InvalidArgument
-from controlplane.models import DedupKind, DedupQueue, KeylessCause, _json_value
-from controlplane.observability import Reporter
+from controlplane.models.routines import (
+    CatchUpPolicy,
+    DispatchRoutineResult,
+    RoutineSource,
+    RoutineTrigger,
+)
 
 if TYPE_CHECKING:
     from controlplane.aio import AsyncOffice
@@ -56,23 +53,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BROKEN_TRIGGER_RETRY",
-    "CatchUpPolicy",
-    "ConcurrencyPolicy",
-    "DispatchRoutineResult",
     "Fire",
-    "FireOutcome",
-    "Routine",
-    "RoutineRunStatus",
-    "RoutineSource",
-    "RoutineStatus",
-    "RoutineTerminal",
-    "RoutineTrigger",
     "TickPlan",
-    "WakeupDispatchResult",
-    "WakeupDispatchStatus",
-    "WakeupOutcome",
-    "WakeupResult",
-    "WakeupStatus",
     "due_fires",
     "fire_due",
     "fire_due_async",
@@ -81,256 +63,12 @@ __all__ = [
     "plan_tick",
 ]
 
+# (The logger keeps the name of the module these functions came from, so
+# existing log configuration still selects them.)
 log = logging.getLogger("controlplane.routines")
 
 #: How long a trigger whose ticks cannot be computed waits before the next try.
 BROKEN_TRIGGER_RETRY = timedelta(hours=24)
-
-
-# --- enums ----------------------------------------------------------------------
-
-
-class ConcurrencyPolicy(StrEnum):
-    SKIP_IF_ACTIVE = "skip_if_active"
-    COALESCE_IF_ACTIVE = "coalesce_if_active"
-    ALWAYS_CREATE = "always_create"
-
-
-class CatchUpPolicy(StrEnum):
-    SKIP_MISSED = "skip_missed"
-    ENQUEUE_MISSED_WITH_CAP = "enqueue_missed_with_cap"
-
-
-class RoutineStatus(StrEnum):
-    ACTIVE = "active"
-    PAUSED = "paused"
-    ARCHIVED = "archived"
-
-
-class RoutineSource(StrEnum):
-    CRON = "cron"
-    MANUAL = "manual"
-    WEBHOOK = "webhook"
-
-
-class RoutineRunStatus(StrEnum):
-    RECEIVED = "received"
-    TASK_CREATED = "task_created"
-    SKIPPED = "skipped"
-    COALESCED = "coalesced"
-    FAILED = "failed"
-    DONE = "done"
-    CANCELLED = "cancelled"
-
-
-class RoutineTerminal(StrEnum):
-    """What ``close_routine_run``/``sync_routine_run_status`` accept
-    (``missing`` closes as ``failed``)."""
-
-    DONE = "done"
-    FAILED = "failed"
-    MISSING = "missing"
-    CANCELLED = "cancelled"
-
-
-class WakeupStatus(StrEnum):
-    QUEUED = "queued"
-    CLAIMED = "claimed"
-    COALESCED = "coalesced"
-    SKIPPED = "skipped"
-    FAILED = "failed"
-
-
-class WakeupOutcome(StrEnum):
-    """What ``request_wakeup`` did: a new request, or the key's holder."""
-
-    QUEUED = "queued"
-    DEDUPED = "deduped"
-
-
-class WakeupDispatchStatus(StrEnum):
-    """What ``dispatch_wakeup`` did (``noop``: the request was not queued)."""
-
-    CLAIMED = "claimed"
-    COALESCED = "coalesced"
-    SKIPPED = "skipped"
-    NOOP = "noop"
-
-
-# --- rows and results --------------------------------------------------------------
-
-
-class Routine(BaseModel):
-    """A row of ``office.routines``."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    id: str
-    workspace_id: str
-    name: str
-    task_template: dict[str, Any] = Field(default_factory=dict)
-    assignee_agent_profile_id: str | None = None
-    concurrency_policy: ConcurrencyPolicy
-    catch_up_policy: CatchUpPolicy
-    catch_up_max: int
-    variables: dict[str, Any] = Field(default_factory=dict)
-    status: RoutineStatus
-    last_run_at: datetime | None = None
-    created_at: datetime
-    updated_at: datetime
-
-    @field_validator("task_template", "variables", mode="before")
-    @classmethod
-    def _decode_json(cls, value: Any) -> Any:
-        return {} if value is None else _json_value(value)
-
-    @property
-    def heavy(self) -> bool:
-        """Fires create tasks (the template has a non-empty title); else
-        they wake the assignee."""
-        return bool(self.task_template.get("title"))
-
-
-class RoutineTrigger(BaseModel):
-    """A row of ``office.routine_triggers``."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    id: str
-    routine_id: str
-    kind: str = "cron"
-    cron_expression: str | None = None
-    timezone: str = "UTC"
-    next_run_at: datetime | None = None
-    last_fired_at: datetime | None = None
-    enabled: bool = True
-    created_at: datetime | None = None
-    updated_at: datetime | None = None
-
-
-class DispatchRoutineResult(BaseModel):
-    """``office.dispatch_routine_result``: the routine run and the status it
-    reached. ``linked_task_id`` and ``coalesced_into_run_id`` are ``''`` when
-    there is none (as stored); a dispatch failure is ``status`` ``failed``
-    with ``error_message``, not an exception."""
-
-    model_config = ConfigDict(frozen=True)
-
-    routine_run_id: str
-    status: RoutineRunStatus
-    linked_task_id: str = ""
-    coalesced_into_run_id: str = ""
-    wakeup_request_id: str | None = None
-    wakeup_outcome: WakeupOutcome | None = None
-    run_id: str | None = None
-    idempotency_key: str | None = None
-    error_message: str | None = None
-    workspace_id: str | None = None
-
-    @property
-    def task_created(self) -> bool:
-        return self.status is RoutineRunStatus.TASK_CREATED
-
-    @property
-    def failed(self) -> bool:
-        return self.status is RoutineRunStatus.FAILED
-
-
-class WakeupResult(BaseModel):
-    """``office.wakeup_result``: a new request, or (deduped, durable) and the
-    request that holds the key."""
-
-    model_config = ConfigDict(frozen=True)
-
-    outcome: WakeupOutcome
-    dedup_kind: DedupKind | None = None
-    wakeup_request_id: str
-
-    @property
-    def created(self) -> bool:
-        return self.outcome is WakeupOutcome.QUEUED
-
-
-class WakeupDispatchResult(BaseModel):
-    """``office.wakeup_dispatch_result``."""
-
-    model_config = ConfigDict(frozen=True)
-
-    status: WakeupDispatchStatus
-    run_id: str | None = None
-
-
-# --- metrics and logs of dispatches --------------------------------------------------
-
-MSG_CREATE_FAILED = "create routine wakeup request"
-MSG_DISPATCH_FAILED = "dispatch routine wakeup request"
-
-_metrics_lock = threading.Lock()
-_counters: dict[int, tuple[CollectorRegistry, Counter]] = {}
-
-
-def routine_run_counter(registry: CollectorRegistry) -> Counter:
-    """``office_loop_routine_run_total{workspace,source,disposition}`` of
-    ``registry``, created on first use."""
-    with _metrics_lock:
-        entry = _counters.get(id(registry))
-        if entry is None or entry[0] is not registry:
-            counter = Counter(
-                "office_loop_routine_run_total",
-                "Routine runs dispatched, by the status they reached.",
-                ["workspace", "source", "disposition"],
-                registry=registry,
-            )
-            entry = (registry, counter)
-            _counters[id(registry)] = entry
-        return entry[1]
-
-
-def wakeup_reason(source: RoutineSource | str) -> str:
-    """The reason of a routine's wakeup request (as ``dispatch_routine`` sets it)."""
-    return "routine_dispatch_cron" if str(source) == "cron" else "routine_dispatch_event"
-
-
-def log_dispatch_failure(routine_id: str, result: DispatchRoutineResult) -> None:
-    """WARNING for a failed lightweight fire (DOMAIN.md §4): the create or the
-    dispatch of its wakeup request failed."""
-    if not result.failed:
-        return
-    if result.wakeup_request_id is None:
-        log.warning(
-            MSG_CREATE_FAILED,
-            extra={"routine": routine_id, "error": result.error_message},
-        )
-    else:
-        log.warning(
-            MSG_DISPATCH_FAILED,
-            extra={
-                "routine": routine_id,
-                "wakeup_id": result.wakeup_request_id,
-                "error": result.error_message,
-            },
-        )
-
-
-def report_dispatch(
-    reporter: Reporter, routine_id: str, source: str, result: DispatchRoutineResult
-) -> None:
-    """What a client reports for one fire (the database has counted its own):
-    the disposition counter, a wakeup dedup, a keyless wakeup, a failure log."""
-    routine_run_counter(reporter.metrics.registry).labels(
-        workspace=result.workspace_id or "", source=source, disposition=result.status.value
-    ).inc()
-    reason = wakeup_reason(source)
-    if result.wakeup_outcome is WakeupOutcome.DEDUPED:
-        reporter.report_dedup(
-            queue=DedupQueue.WAKEUP,
-            reason=reason,
-            kind=DedupKind.DURABLE,
-            key=result.idempotency_key,
-        )
-    if result.wakeup_request_id is not None and result.idempotency_key is None:
-        reporter.report_keyless(reason, KeylessCause.UNRESOLVED, "routine_cron_without_tick")
-    log_dispatch_failure(routine_id, result)
 
 
 # --- cron ticks ---------------------------------------------------------------------
