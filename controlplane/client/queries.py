@@ -376,6 +376,11 @@ DEMO_FIRE_COUNTS = Query(
     " count(*) FILTER (WHERE source = 'cron') AS cron, count(*) AS total"
     " FROM office.routine_runs WHERE routine_id LIKE %(p)s"
 )
+# Both of one snapshot: the wave the key and the generation name is the same.
+DEMO_CHILD_WAVE = Query(
+    "SELECT office.child_set_key(%(p)s) AS k, office.child_generation(%(p)s) AS g"
+)
+DEMO_RUN_STATE = Query("SELECT status, claimed_by, attempt FROM office.runs WHERE id = %(id)s")
 DEMO_PENDING_EVENTS = Query(
     "SELECT count(*) AS n FROM office.events WHERE processed_at IS NULL AND task_id LIKE %(p)s"
 )
