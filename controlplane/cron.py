@@ -34,30 +34,19 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
 from controlplane.errors import InvalidArgument
-from controlplane.models.routines import (
-    CatchUpPolicy,
-    DispatchRoutineResult,
-    RoutineSource,
-    RoutineTrigger,
-)
-
-if TYPE_CHECKING:
-    from controlplane.aio import AsyncOffice
-    from controlplane.client import Office
+from controlplane.models.routines import CatchUpPolicy, RoutineTrigger
 
 __all__ = [
     "BROKEN_TRIGGER_RETRY",
     "Fire",
     "TickPlan",
     "due_fires",
-    "fire_due",
-    "fire_due_async",
     "latest_tick",
     "next_tick",
     "plan_tick",
@@ -234,67 +223,3 @@ def due_fires(
     ticks collapse into it as the catch-up policy says)."""
     plan = plan_tick(trigger, now, catch_up_policy, catch_up_max)
     return [plan.fire] if plan is not None and plan.fire is not None else []
-
-
-@dataclass(frozen=True)
-class FireOutcome:
-    """What :func:`fire_due` did: the plan, whether this caller won the
-    claim, and the dispatch (only for a won claim with a fire)."""
-
-    plan: TickPlan
-    claimed: bool
-    dispatch: DispatchRoutineResult | None = None
-
-
-def fire_due(
-    office: Office,
-    trigger: RoutineTrigger,
-    now: datetime,
-    catch_up_policy: CatchUpPolicy | str = CatchUpPolicy.ENQUEUE_MISSED_WITH_CAP,
-    catch_up_max: int = 25,
-    variables: dict[str, Any] | None = None,
-) -> FireOutcome | None:
-    """One step of the cron loop for one trigger: plan, claim the tick
-    (compare-and-swap: of several loops looking at one trigger exactly one
-    wins), and the winner dispatches with the claimed tick. None when the
-    trigger owes nothing. Pass the routine's ``catch_up_policy`` and
-    ``catch_up_max``."""
-    plan = plan_tick(trigger, now, catch_up_policy, catch_up_max)
-    if plan is None:
-        return None
-    claimed = office.claim_routine_tick(trigger.id, plan.observed, plan.following)
-    if not claimed or plan.fire is None:
-        return FireOutcome(plan, claimed)
-    dispatch = office.dispatch_routine(
-        trigger.routine_id,
-        RoutineSource.CRON,
-        variables=variables,
-        trigger_id=trigger.id,
-        **plan.fire.dispatch_args(),
-    )
-    return FireOutcome(plan, claimed, dispatch)
-
-
-async def fire_due_async(
-    office: AsyncOffice,
-    trigger: RoutineTrigger,
-    now: datetime,
-    catch_up_policy: CatchUpPolicy | str = CatchUpPolicy.ENQUEUE_MISSED_WITH_CAP,
-    catch_up_max: int = 25,
-    variables: dict[str, Any] | None = None,
-) -> FireOutcome | None:
-    """:func:`fire_due` with an :class:`controlplane.aio.AsyncOffice`."""
-    plan = plan_tick(trigger, now, catch_up_policy, catch_up_max)
-    if plan is None:
-        return None
-    claimed = await office.claim_routine_tick(trigger.id, plan.observed, plan.following)
-    if not claimed or plan.fire is None:
-        return FireOutcome(plan, claimed)
-    dispatch = await office.dispatch_routine(
-        trigger.routine_id,
-        RoutineSource.CRON,
-        variables=variables,
-        trigger_id=trigger.id,
-        **plan.fire.dispatch_args(),
-    )
-    return FireOutcome(plan, claimed, dispatch)
