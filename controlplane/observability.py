@@ -37,6 +37,18 @@ Parent wakes (DOMAIN.md §4), plain counters, logs on ``controlplane.parent_wake
 * ``office_parent_wake_assignee_unresolved_total`` - a reconcile declined
   because the assignee is missing or does not accept runs; DEBUG
   ``wake.metric.assignee_unresolved`` - parent_task_id, reason.
+
+Routine dispatches (DOMAIN.md §4), logs on ``controlplane.routines``:
+
+* ``office_loop_routine_run_total{workspace,source,disposition}`` - each
+  routine run a client's ``dispatch_routine`` or the daemon's cron loop
+  dispatched, by the status it reached; counted in one place,
+  :meth:`Reporter.report_routine_run`;
+* a failed lightweight fire: WARNING ``create routine wakeup request`` or
+  ``dispatch routine wakeup request`` - routine, wakeup_id, error.
+
+Every family of metrics is made once per registry
+(:func:`controlplane.metrics_registry.per_registry`).
 """
 
 from __future__ import annotations

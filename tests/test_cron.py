@@ -20,9 +20,7 @@ from controlplane.aio import AsyncOffice
 from controlplane.client import Office
 from controlplane.cron import (
     BROKEN_TRIGGER_RETRY,
-    CatchUpPolicy,
     Fire,
-    RoutineTrigger,
     TickPlan,
     due_fires,
     latest_tick,
@@ -30,7 +28,7 @@ from controlplane.cron import (
     plan_tick,
 )
 from controlplane.errors import InvalidArgument
-from controlplane.models import DispatchRoutineResult
+from controlplane.models import CatchUpPolicy, DispatchRoutineResult, RoutineTrigger
 
 NY = "America/New_York"
 
