@@ -16,12 +16,15 @@ catalog).
 
 Sections: the schema probe; runs; agents; tasks; parent wakes; events;
 routines and wakeups; the daemon's loops; the demo's checks (read the tables
-directly, as their owner); the doctor's (the catalog, the settings, rows read
-as their owner); the dedup-index lookups, the bulk fallback's transaction and
-the session reset of raw statements. What stays elsewhere is administration, not office API
-calls: the catalog and admin statements of ``migrate``, ``embedded``,
-``cluster``, ``proxy`` and ``schema``, and the UI's read models
-(:mod:`controlplane.ui.queries`).
+directly, as their owner); ``officectl stats`` and ``events tail``; the
+doctor's (the catalog, the settings, rows read as their owner); the
+dedup-index lookups, the bulk fallback's transaction and the session reset
+of raw statements.
+
+What stays elsewhere is administration, not office API calls: the catalog
+and admin statements of ``migrate``, ``embedded``, ``cluster``, ``proxy``,
+``schema`` and ``cli_base``, the UI's read models
+(:mod:`controlplane.ui.queries`), and the subscriber's own two statements.
 """
 
 from __future__ import annotations
@@ -408,6 +411,41 @@ DEMO_HELD_ROUTINE_GATES = Query(
     "SELECT count(*) AS n FROM office.routine_runs rr"
     " WHERE rr.routine_id LIKE %(p)s AND rr.status = 'task_created'"
     " AND office.task_terminal_status(rr.linked_task_id) <> ''"
+)
+
+
+# --- officectl stats and events tail (controlplane.cli_observe) ------------------------
+#
+# Read only: the tail reads office.events by id and never claims or
+# acknowledges anything.
+
+OBSERVE_STATS = {
+    "dedup_stats": Query(
+        "SELECT queue, reason, kind, total FROM office.dedup_stats"
+        ' ORDER BY queue COLLATE "C", reason COLLATE "C", kind COLLATE "C"'
+    ),
+    "keyless_stats": Query(
+        "SELECT reason, cause, total FROM office.keyless_stats"
+        ' ORDER BY reason COLLATE "C", cause COLLATE "C"'
+    ),
+    "queue_stats": Query(
+        "SELECT status, agents, runs, oldest_requested_at FROM office.queue_stats"
+    ),
+}
+_EVENT_COLUMNS = (
+    "id, topic, task_id, payload, created_at, processed_at, claimed_by, claimed_at, deliveries"
+)
+OBSERVE_NEWEST_EVENTS = Query(
+    f"SELECT {_EVENT_COLUMNS} FROM office.events ORDER BY id DESC LIMIT %(limit)s"
+)
+OBSERVE_NEWEST_EVENT_ID = Query("SELECT coalesce(max(id), 0) AS value FROM office.events")
+OBSERVE_EVENTS_AFTER = Query(
+    f"SELECT {_EVENT_COLUMNS} FROM office.events WHERE id > %(since)s ORDER BY id LIMIT %(limit)s"
+)
+OBSERVE_EVENTS_POLL = Query(
+    f"SELECT {_EVENT_COLUMNS} FROM office.events"
+    " WHERE id > %(last)s OR id = ANY(%(gaps)s::bigint[])"
+    " ORDER BY id LIMIT %(rows)s"
 )
 
 

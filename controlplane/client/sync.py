@@ -9,6 +9,7 @@ switched to autocommit when they are checked out.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -20,11 +21,11 @@ from psycopg_pool import ConnectionPool
 from controlplane.client.core import Call, Flow, Reply, drive
 from controlplane.client.facade import FacadeBase, sync_method
 from controlplane.client.operations import Operations
-from controlplane.client.queries import RESET_SESSION
+from controlplane.client.queries import RESET_SESSION, Query
 from controlplane.errors import wrap_exceptions
 from controlplane.observability import Reporter
 
-__all__ = ["Office", "perform_psycopg", "reset_session"]
+__all__ = ["Office", "fetch_rows", "perform_psycopg", "reset_session"]
 
 T = TypeVar("T")
 
@@ -50,6 +51,18 @@ def reset_session(conn: psycopg.Connection[Any]) -> None:
         conn.execute(RESET_SESSION.text)
     except psycopg.Error:
         conn.close()
+
+
+def fetch_rows(
+    conn: psycopg.Connection[Any], query: Query, params: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """The rows of one named query on a connection of the caller's own (the
+    doctor's and ``officectl``'s observers, which inspect one session and
+    need no pool). The driver's errors stay as they are: these callers
+    report them, there is no outcome to make of them."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(query.text, params or {})
+        return cur.fetchall() if cur.description is not None else []
 
 
 class Office(FacadeBase):

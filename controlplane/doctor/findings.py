@@ -8,10 +8,10 @@ from enum import StrEnum
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
 from pydantic import BaseModel, ConfigDict
 
 from controlplane.client.queries import Query
+from controlplane.client.sync import fetch_rows
 
 __all__ = ["Finding", "Status", "one", "rows"]
 
@@ -31,14 +31,9 @@ class Finding(BaseModel):
     fix: str = ""
 
 
-def rows(
-    conn: psycopg.Connection[Any], query: Query, params: Mapping[str, Any] | None = None
-) -> list[dict[str, Any]]:
-    """The rows of one named query on the doctor's own connection (one
-    session: the settings it reports are that session's)."""
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(query.text, params or {})
-        return cur.fetchall()
+#: The rows of one named query on the doctor's own connection (one session:
+#: the settings it reports are that session's).
+rows = fetch_rows
 
 
 def one(
