@@ -17,7 +17,6 @@ from typing import Any
 
 import click
 import psycopg
-from psycopg.rows import dict_row
 
 from controlplane.cli_base import (
     Context,
@@ -31,18 +30,8 @@ from controlplane.cli_base import (
     print_table,
     stderr,
 )
-
-STATS_QUERIES = {
-    "dedup_stats": (
-        "SELECT queue, reason, kind, total FROM office.dedup_stats"
-        ' ORDER BY queue COLLATE "C", reason COLLATE "C", kind COLLATE "C"'
-    ),
-    "keyless_stats": (
-        "SELECT reason, cause, total FROM office.keyless_stats"
-        ' ORDER BY reason COLLATE "C", cause COLLATE "C"'
-    ),
-    "queue_stats": "SELECT status, agents, runs, oldest_requested_at FROM office.queue_stats",
-}
+from controlplane.client import queries as q
+from controlplane.client.sync import fetch_rows
 
 STATS_TITLES = {
     "dedup_stats": "office.dedup_stats",
@@ -59,10 +48,8 @@ def stats(obj: Context, as_json: bool) -> None:
     """Dedup, keyless and queue statistics (office.dedup_stats,
     office.keyless_stats, office.queue_stats). A durable dedup is a normal
     outcome (a late redelivery), not an anomaly."""
-    report: dict[str, list[dict[str, Any]]] = {}
-    with connect(obj.database_url()) as conn, conn.cursor(row_factory=dict_row) as cur:
-        for name, query in STATS_QUERIES.items():
-            report[name] = list(cur.execute(query).fetchall())
+    with connect(obj.database_url()) as conn:
+        report = {name: fetch_rows(conn, query) for name, query in q.OBSERVE_STATS.items()}
     if as_json:
         print_json(report)
         return
@@ -79,9 +66,6 @@ def stats(obj: Context, as_json: bool) -> None:
 
 # --- events tail ------------------------------------------------------------------
 
-EVENT_COLUMNS = (
-    "id, topic, task_id, payload, created_at, processed_at, claimed_by, claimed_at, deliveries"
-)
 #: Rows read per poll while following (a backlog is paged through).
 POLL_ROWS = 500
 #: Ids skipped below the newest seen one are re-read this long: a transaction
@@ -126,36 +110,24 @@ class Tail:
 def _initial(
     conn: psycopg.Connection[Any], tail: Tail, since: int | None, limit: int
 ) -> list[dict[str, Any]]:
-    with conn.cursor(row_factory=dict_row) as cur:
-        if since is None:
-            rows = cur.execute(
-                f"SELECT {EVENT_COLUMNS} FROM office.events ORDER BY id DESC LIMIT %s",
-                (limit,),
-            ).fetchall()
-            rows.reverse()
-            if rows:
-                tail.record([r["id"] for r in rows], time.monotonic(), from_id=rows[0]["id"] - 1)
-            else:
-                found = conn.execute("SELECT coalesce(max(id), 0) FROM office.events").fetchone()
-                tail.last = int(found[0]) if found else 0
+    if since is None:
+        rows = fetch_rows(conn, q.OBSERVE_NEWEST_EVENTS, {"limit": limit})
+        rows.reverse()
+        if rows:
+            tail.record([r["id"] for r in rows], time.monotonic(), from_id=rows[0]["id"] - 1)
         else:
-            tail.last = since
-            rows = cur.execute(
-                f"SELECT {EVENT_COLUMNS} FROM office.events WHERE id > %s ORDER BY id LIMIT %s",
-                (since, limit),
-            ).fetchall()
-            tail.record([r["id"] for r in rows], time.monotonic())
+            found = fetch_rows(conn, q.OBSERVE_NEWEST_EVENT_ID)
+            tail.last = int(found[0]["value"]) if found else 0
+    else:
+        tail.last = since
+        rows = fetch_rows(conn, q.OBSERVE_EVENTS_AFTER, {"since": since, "limit": limit})
+        tail.record([r["id"] for r in rows], time.monotonic())
     return rows
 
 
 def _poll(conn: psycopg.Connection[Any], tail: Tail) -> list[dict[str, Any]]:
-    with conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(
-            f"SELECT {EVENT_COLUMNS} FROM office.events"
-            " WHERE id > %(last)s OR id = ANY(%(gaps)s::bigint[])"
-            " ORDER BY id LIMIT %(rows)s",
-            {"last": tail.last, "gaps": list(tail.gaps), "rows": POLL_ROWS},
-        ).fetchall()
+    params = {"last": tail.last, "gaps": list(tail.gaps), "rows": POLL_ROWS}
+    rows = fetch_rows(conn, q.OBSERVE_EVENTS_POLL, params)
     tail.record([r["id"] for r in rows], time.monotonic())
     return rows
 

@@ -22,9 +22,7 @@ from controlplane.cli_base import (
     print_record,
     print_table,
 )
-from controlplane.models import KeylessCause
-from controlplane.routines import RoutineSource
-from controlplane.tasks import ActorType
+from controlplane.models import ActorType, KeylessCause, RoutineSource
 
 
 def _json_object_text(value: str, option: str) -> Any:

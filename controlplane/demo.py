@@ -67,19 +67,15 @@ from rich.table import Table
 
 from controlplane import keys
 from controlplane.client import Office
+from controlplane.client import queries as q
+from controlplane.client.queries import Query
+from controlplane.cron import TickPlan
 from controlplane.daemon import Daemon, DaemonConfig
 from controlplane.daemon.cron import CronLoop
-from controlplane.daemon.loop import DatabaseHealth, fetch
+from controlplane.daemon.loop import DatabaseHealth
 from controlplane.daemon.metrics import daemon_metrics_for
-from controlplane.models import Run
-from controlplane.routines import (
-    DispatchRoutineResult,
-    RoutineTrigger,
-    TickPlan,
-    WakeupOutcome,
-)
+from controlplane.models import DispatchRoutineResult, Event, RoutineTrigger, Run, WakeupOutcome
 from controlplane.subscriber import EventSubscriber
-from controlplane.tasks import Event
 from controlplane.worker import Retry, Worker
 
 __all__ = ["DemoReport", "Invariant", "run_demo"]
@@ -444,13 +440,7 @@ class Demo:
         self.pause(rng, 0.01, 0.04)
 
     def redeliver(self, office: Office, rng: random.Random) -> None:
-        rows = fetch(
-            office,
-            """SELECT * FROM office.events
-                WHERE topic = 'task.assigned' AND task_id LIKE %(p)s AND processed_at IS NOT NULL
-                ORDER BY id DESC LIMIT 20""",
-            {"p": self.w.prefix + "-%"},
-        )
+        rows = office.fetch(q.DEMO_HANDLED_ASSIGNMENTS, {"p": self.w.prefix + "-%"})
         subscriber = EventSubscriber(office, consumer="demo-redeliver")
         for row in rng.sample(rows, min(3, len(rows))):
             handled = subscriber.handle(Event.model_validate(row))
@@ -522,11 +512,8 @@ class Demo:
         result = office.dispatch_routine(routine_id, "manual")
         self.ledger.did(f"manual fires: {result.status.value}")
         if rng.random() < 0.25:  # somebody finishes the routines' tasks
-            rows = fetch(
-                office,
-                """SELECT rr.linked_task_id FROM office.routine_runs rr
-                    WHERE rr.routine_id IN (%(a)s, %(b)s) AND rr.status = 'task_created'""",
-                {"a": self.w.heavy_skip, "b": self.w.heavy_coalesce},
+            rows = office.fetch(
+                q.DEMO_OPEN_ROUTINE_TASKS, {"a": self.w.heavy_skip, "b": self.w.heavy_coalesce}
             )
             for row in rows:
                 office.move_task(row["linked_task_id"], "COMPLETED")
@@ -591,12 +578,7 @@ class Demo:
 
     def refire(self, office: Office, rng: random.Random) -> None:
         """Fires a tick a second time (a redelivered claim): its key is taken."""
-        rows = fetch(
-            office,
-            """SELECT idempotency_key FROM office.wakeup_requests
-                WHERE idempotency_key LIKE %(p)s ORDER BY requested_at DESC LIMIT 10""",
-            {"p": f"routine:{self.w.prefix}-%:tick:%"},
-        )
+        rows = office.fetch(q.DEMO_RECENT_TICK_KEYS, {"p": f"routine:{self.w.prefix}-%:tick:%"})
         for row in rng.sample(rows, min(2, len(rows))):
             key = row["idempotency_key"]
             _, routine_id, trigger_id, _, unix = key.split(":")
@@ -679,11 +661,7 @@ class Demo:
 
     def _record_waves(self, office: Office) -> None:
         for parent in self.w.parents:
-            row = fetch(
-                office,
-                """SELECT office.child_set_key(%(p)s) AS k, office.child_generation(%(p)s) AS g""",
-                {"p": parent},
-            )[0]
+            row = office.fetch(q.DEMO_CHILD_WAVE, {"p": parent})[0]
             self.ledger.occurred(
                 Occurrence(
                     "children completed",
@@ -770,11 +748,7 @@ class Demo:
                 with _office(self.url) as office:
                     deadline = time.monotonic() + max(30.0, self.seconds * 3)
                     while time.monotonic() < deadline:
-                        row = fetch(
-                            office,
-                            "SELECT status, claimed_by, attempt FROM office.runs WHERE id = %(id)s",
-                            {"id": self.dead.run_id},
-                        )[0]
+                        row = office.fetch(q.DEMO_RUN_STATE, {"id": self.dead.run_id})[0]
                         if row["attempt"] > self.dead.attempt:
                             self.dead.recovered = True
                         if row["status"] in ("finished", "failed"):
@@ -803,7 +777,7 @@ class Demo:
 
     def run(self) -> DemoReport:
         with _office(self.url) as office:
-            version = fetch(office, "SELECT office.schema_version() AS v")[0]["v"]
+            version = office.schema_version()
             self.world = _setup(office, self.prefix)
             self.baseline = self._dedup_stats(office)
             doomed = self.kill_a_worker(office)
@@ -889,12 +863,7 @@ class Demo:
 
     def _live_counts(self, office: Office) -> str:
         try:
-            row = fetch(
-                office,
-                """SELECT count(*) AS runs, count(*) FILTER (WHERE status = 'finished') AS finished
-                     FROM office.runs WHERE agent_profile_id LIKE %(p)s""",
-                {"p": self.prefix + "-%"},
-            )[0]
+            row = office.fetch(q.DEMO_RUN_COUNTS, {"p": self.prefix + "-%"})[0]
             stats = self._delta(self._dedup_stats(office))
         except psycopg.Error:
             return ""
@@ -910,12 +879,7 @@ class Demo:
         with _office(self.url) as office:
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
-                pending = fetch(
-                    office,
-                    """SELECT count(*) AS n FROM office.events
-                        WHERE processed_at IS NULL AND task_id LIKE %(p)s""",
-                    {"p": self.prefix + "-%"},
-                )[0]["n"]
+                pending = office.fetch(q.DEMO_PENDING_EVENTS, {"p": self.prefix + "-%"})[0]["n"]
                 if pending == 0 and self.dead.done.is_set():
                     break
                 time.sleep(0.05)
@@ -932,8 +896,7 @@ class Demo:
 
     @staticmethod
     def _dedup_stats(office: Office) -> dict[tuple[str, str, str], int]:
-        rows = fetch(office, "SELECT queue, reason, kind, total FROM office.dedup_stats")
-        return {(r["queue"], r["reason"], r["kind"]): int(r["total"]) for r in rows}
+        return {(r.queue, r.reason, r.kind): r.total for r in office.dedup_stats()}
 
     def _delta(self, now: dict[tuple[str, str, str], int]) -> dict[tuple[str, str, str], int]:
         delta = {k: v - self.baseline.get(k, 0) for k, v in now.items()}
@@ -942,32 +905,15 @@ class Demo:
     def report(self, office: Office) -> DemoReport:
         p = self.prefix + "-%"
 
-        def one(sql: str) -> dict[str, Any]:
-            return fetch(office, sql, {"p": p})[0]
+        def one(query: Query) -> dict[str, Any]:
+            return office.fetch(query, {"p": p})[0]
 
         stats = self._delta(self._dedup_stats(office))
         occurrences = self.ledger.snapshot()
-        runs = one("SELECT count(*) AS n FROM office.runs WHERE agent_profile_id LIKE %(p)s")["n"]
-        finished = one(
-            """SELECT count(*) FILTER (WHERE status = 'finished') AS finished,
-                      count(*) FILTER (WHERE status = 'failed') AS failed,
-                      count(*) FILTER (WHERE status IN ('queued', 'claimed')) AS open
-                 FROM office.runs WHERE agent_profile_id LIKE %(p)s"""
-        )
-        wakeups = one(
-            """SELECT count(*) FILTER (WHERE status = 'coalesced') AS coalesced,
-                      count(*) FILTER (WHERE status = 'skipped') AS skipped,
-                      count(*) AS total
-                 FROM office.wakeup_requests WHERE agent_profile_id LIKE %(p)s"""
-        )
-        fires = one(
-            """SELECT count(*) FILTER (WHERE status = 'coalesced') AS coalesced,
-                      count(*) FILTER (WHERE status = 'skipped') AS skipped,
-                      count(*) FILTER (WHERE status IN ('task_created', 'done')) AS materialised,
-                      count(*) FILTER (WHERE source = 'cron') AS cron,
-                      count(*) AS total
-                 FROM office.routine_runs WHERE routine_id LIKE %(p)s"""
-        )
+        finished = one(q.DEMO_RUN_COUNTS)
+        runs = finished["runs"]
+        wakeups = one(q.DEMO_WAKEUP_COUNTS)
+        fires = one(q.DEMO_FIRE_COUNTS)
         windowed = sum(v for (_, _, kind), v in stats.items() if kind == "windowed")
         durable = sum(v for (_, _, kind), v in stats.items() if kind == "durable")
         coalesced_runs = sum(v for (_, _, kind), v in stats.items() if kind == "coalesced")
@@ -1015,15 +961,7 @@ class Demo:
         p = self.prefix + "-%"
         result: list[Invariant] = []
 
-        twice = fetch(
-            office,
-            """SELECT (SELECT count(*) FROM (SELECT idempotency_key FROM office.runs
-                                                WHERE idempotency_key IS NOT NULL
-                                                GROUP BY 1 HAVING count(*) > 1) r) AS runs,
-                      (SELECT count(*) FROM (SELECT idempotency_key FROM office.wakeup_requests
-                                                WHERE idempotency_key IS NOT NULL
-                                                GROUP BY 1 HAVING count(*) > 1) w) AS wakeups""",
-        )[0]
+        twice = office.fetch(q.DEMO_KEYS_HELD_TWICE)[0]
         result.append(
             Invariant(
                 "one run per key",
@@ -1038,30 +976,15 @@ class Demo:
         wake_keys = [o.key for o in occurrences if o.queue == "wakeup"]
         by_key = {
             r["idempotency_key"]: int(r["n"])
-            for r in fetch(
-                office,
-                """SELECT idempotency_key, count(*) AS n FROM office.runs
-                    WHERE idempotency_key = ANY(%(k)s) GROUP BY 1""",
-                {"k": run_keys},
-            )
+            for r in office.fetch(q.DEMO_RUNS_BY_KEY, {"k": run_keys})
         }
         wake_by_key = {
             r["idempotency_key"]: int(r["n"])
-            for r in fetch(
-                office,
-                """SELECT idempotency_key, count(*) AS n FROM office.wakeup_requests
-                    WHERE idempotency_key = ANY(%(k)s) GROUP BY 1""",
-                {"k": wake_keys},
-            )
+            for r in office.fetch(q.DEMO_WAKEUPS_BY_KEY, {"k": wake_keys})
         }
         buckets = {
             (r["agent_profile_id"], r["reason"], r["task_id"])
-            for r in fetch(
-                office,
-                """SELECT DISTINCT agent_profile_id, reason, task_id FROM office.runs
-                    WHERE agent_profile_id LIKE %(p)s AND coalesced_count > 1""",
-                {"p": p},
-            )
+            for r in office.fetch(q.DEMO_COALESCED_BUCKETS, {"p": p})
         }
         bad: list[str] = []
         via_coalesce = 0
@@ -1099,13 +1022,7 @@ class Demo:
             )
         )
 
-        held = fetch(
-            office,
-            """SELECT count(*) AS n FROM office.routine_runs rr
-                WHERE rr.routine_id LIKE %(p)s AND rr.status = 'task_created'
-                  AND office.task_terminal_status(rr.linked_task_id) <> ''""",
-            {"p": p},
-        )[0]["n"]
+        held = office.fetch(q.DEMO_HELD_ROUTINE_GATES, {"p": p})[0]["n"]
         result.append(
             Invariant(
                 "no routine gate held by a terminal task",
@@ -1114,12 +1031,7 @@ class Demo:
             )
         )
 
-        pending = fetch(
-            office,
-            """SELECT count(*) AS n FROM office.events
-                WHERE processed_at IS NULL AND task_id LIKE %(p)s""",
-            {"p": p},
-        )[0]["n"]
+        pending = office.fetch(q.DEMO_PENDING_EVENTS, {"p": p})[0]["n"]
         result.append(Invariant("every event handled", pending == 0, f"{pending} pending"))
 
         d = self.dead

@@ -37,6 +37,18 @@ Parent wakes (DOMAIN.md §4), plain counters, logs on ``controlplane.parent_wake
 * ``office_parent_wake_assignee_unresolved_total`` - a reconcile declined
   because the assignee is missing or does not accept runs; DEBUG
   ``wake.metric.assignee_unresolved`` - parent_task_id, reason.
+
+Routine dispatches (DOMAIN.md §4), logs on ``controlplane.routines``:
+
+* ``office_loop_routine_run_total{workspace,source,disposition}`` - each
+  routine run a client's ``dispatch_routine`` or the daemon's cron loop
+  dispatched, by the status it reached; counted in one place,
+  :meth:`Reporter.report_routine_run`;
+* a failed lightweight fire: WARNING ``create routine wakeup request`` or
+  ``dispatch routine wakeup request`` - routine, wakeup_id, error.
+
+Every family of metrics is made once per registry
+(:func:`controlplane.metrics_registry.per_registry`).
 """
 
 from __future__ import annotations
@@ -44,18 +56,15 @@ from __future__ import annotations
 import logging
 import threading
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter
 
 from controlplane.errors import InvalidArgument
-from controlplane.models import (
-    DedupKind,
-    DedupQueue,
-    EnqueueRequest,
-    EnqueueResult,
-    KeylessCause,
-    QueueOutcome,
-)
-from controlplane.parent_wake import ReconcileResult, SkippedReason
+from controlplane.metrics_registry import per_registry
+from controlplane.models.common import DedupKind, DedupQueue, KeylessCause, QueueOutcome
+from controlplane.models.parent_wake import ReconcileResult, SkippedReason
+from controlplane.models.routines import DispatchRoutineResult, RoutineSource
+from controlplane.models.runs import EnqueueRequest, EnqueueResult
+from controlplane.models.wakeups import WakeupOutcome
 
 DEDUP_LOGGER = "controlplane.dedup"
 RUNS_LOGGER = "controlplane.runs"
@@ -95,20 +104,10 @@ class DedupMetrics:
         )
 
 
-_metrics_lock = threading.Lock()
-_metrics_by_registry: dict[int, DedupMetrics] = {}
-
-
 def metrics_for(registry: CollectorRegistry | None = None) -> DedupMetrics:
     """The counters of ``registry`` (default: prometheus_client's global
     registry), created on first use and shared by every client using it."""
-    target = REGISTRY if registry is None else registry
-    with _metrics_lock:
-        metrics = _metrics_by_registry.get(id(target))
-        if metrics is None or metrics.registry is not target:
-            metrics = DedupMetrics(target)
-            _metrics_by_registry[id(target)] = metrics
-        return metrics
+    return per_registry(DedupMetrics, registry)
 
 
 # --- parent wakes (DOMAIN.md §4) ---------------------------------------------
@@ -143,19 +142,40 @@ class ParentWakeMetrics:
         )
 
 
-_parent_wake_metrics_by_registry: dict[int, ParentWakeMetrics] = {}
-
-
 def parent_wake_metrics_for(registry: CollectorRegistry | None = None) -> ParentWakeMetrics:
     """The parent-wake counters of ``registry`` (default: the global one),
     created on first use and shared by every client using it."""
-    target = REGISTRY if registry is None else registry
-    with _metrics_lock:
-        metrics = _parent_wake_metrics_by_registry.get(id(target))
-        if metrics is None or metrics.registry is not target:
-            metrics = ParentWakeMetrics(target)
-            _parent_wake_metrics_by_registry[id(target)] = metrics
-        return metrics
+    return per_registry(ParentWakeMetrics, registry)
+
+
+# --- routine dispatches (DOMAIN.md §4) ---------------------------------------
+
+ROUTINES_LOGGER = "controlplane.routines"
+routines_log = logging.getLogger(ROUTINES_LOGGER)
+
+MSG_CREATE_FAILED = "create routine wakeup request"
+MSG_DISPATCH_FAILED = "dispatch routine wakeup request"
+
+
+def _routine_run_counter(registry: CollectorRegistry) -> Counter:
+    return Counter(
+        "office_loop_routine_run_total",
+        "Routine runs dispatched, by the status they reached.",
+        ["workspace", "source", "disposition"],
+        registry=registry,
+    )
+
+
+def routine_run_counter(registry: CollectorRegistry | None = None) -> Counter:
+    """``office_loop_routine_run_total{workspace,source,disposition}`` of
+    ``registry``, created on first use (counted only by
+    :meth:`Reporter.report_routine_run`)."""
+    return per_registry(_routine_run_counter, registry)
+
+
+def wakeup_reason(source: RoutineSource | str) -> str:
+    """The reason of a routine's wakeup request (as ``dispatch_routine`` sets it)."""
+    return "routine_dispatch_cron" if str(source) == "cron" else "routine_dispatch_event"
 
 
 class Reporter:
@@ -197,6 +217,45 @@ class Reporter:
                         "reason": result.skipped_reason.value,
                     },
                 )
+
+    def report_routine_run(self, workspace_id: str | None, source: str, disposition: str) -> None:
+        """One routine run dispatched (by a client or the cron loop): the one
+        place ``office_loop_routine_run_total`` is counted."""
+        routine_run_counter(self.metrics.registry).labels(
+            workspace=workspace_id or "", source=source, disposition=disposition
+        ).inc()
+
+    def report_dispatch(self, routine_id: str, source: str, result: DispatchRoutineResult) -> None:
+        """What a client reports for one fire (the database has counted its
+        own): the disposition, a wakeup dedup, a keyless wakeup, a failure
+        (WARNING, DOMAIN.md §4: the create or the dispatch of its wakeup
+        request failed)."""
+        self.report_routine_run(result.workspace_id, source, result.status.value)
+        reason = wakeup_reason(source)
+        if result.wakeup_outcome is WakeupOutcome.DEDUPED:
+            self.report_dedup(
+                queue=DedupQueue.WAKEUP,
+                reason=reason,
+                kind=DedupKind.DURABLE,
+                key=result.idempotency_key,
+            )
+        if result.wakeup_request_id is not None and result.idempotency_key is None:
+            self.report_keyless(reason, KeylessCause.UNRESOLVED, "routine_cron_without_tick")
+        if not result.failed:
+            return
+        if result.wakeup_request_id is None:
+            routines_log.warning(
+                MSG_CREATE_FAILED, extra={"routine": routine_id, "error": result.error_message}
+            )
+        else:
+            routines_log.warning(
+                MSG_DISPATCH_FAILED,
+                extra={
+                    "routine": routine_id,
+                    "wakeup_id": result.wakeup_request_id,
+                    "error": result.error_message,
+                },
+            )
 
     def report_enqueue(
         self,

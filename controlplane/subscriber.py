@@ -49,8 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from controlplane import keys
 from controlplane.client import Office, as_interval
 from controlplane.errors import AgentNotAcceptingRuns, AgentNotFound
-from controlplane.models import EnqueueResult, KeylessCause
-from controlplane.tasks import Event, EventTopic
+from controlplane.models import EnqueueResult, Event, EventTopic, KeylessCause
 
 __all__ = [
     "DEFAULT_CONSUMER",

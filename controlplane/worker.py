@@ -65,13 +65,14 @@ from types import FrameType
 from typing import Any
 
 import asyncpg
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from psycopg_pool import ConnectionPool
 
 from controlplane.aio import AsyncOffice, drive_async
 from controlplane.client import HEARTBEAT_RUN, Flow, Office, Operations, drive, perform_psycopg
 from controlplane.daemon.loop import DatabaseHealth, is_connection_error
 from controlplane.daemon.metrics import LOOP_BUCKETS
+from controlplane.metrics_registry import per_registry
 from controlplane.models import Run
 from controlplane.observability import Reporter
 
@@ -259,20 +260,10 @@ class WorkerMetrics:
             self.heartbeats.labels(result=result)
 
 
-_metrics_lock = threading.Lock()
-_metrics_by_registry: dict[int, WorkerMetrics] = {}
-
-
 def worker_metrics_for(registry: CollectorRegistry | None = None) -> WorkerMetrics:
     """The worker metrics of ``registry`` (default: the global registry),
     created on first use and shared by every worker in the process."""
-    target = REGISTRY if registry is None else registry
-    with _metrics_lock:
-        metrics = _metrics_by_registry.get(id(target))
-        if metrics is None or metrics.registry is not target:
-            metrics = WorkerMetrics(target)
-            _metrics_by_registry[id(target)] = metrics
-        return metrics
+    return per_registry(WorkerMetrics, registry)
 
 
 # --- what both workers share --------------------------------------------------------

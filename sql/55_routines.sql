@@ -31,7 +31,7 @@
 -- next_run_at, not the advanced one) is what the caller hands to
 -- dispatch_routine, and routine_key() names it, so a redelivered tick dedups
 -- on the wakeup key and a new tick does not. Next ticks are computed in Python
--- (controlplane.routines: cron expression, time zone, catch-up policy); SQL
+-- (controlplane.cron: cron expression, time zone, catch-up policy); SQL
 -- checks the expression's structure and the time zone when a trigger is added.
 
 CREATE TABLE office.routines (
@@ -203,7 +203,7 @@ REVOKE EXECUTE ON FUNCTION office._render_template(text, jsonb, text, text) FROM
 GRANT EXECUTE ON FUNCTION office._render_template(text, jsonb, text, text) TO office_admin;
 
 -- One comma-separated term of one cron field, upper-cased. Accepts what
--- controlplane.routines (cronsim) computes: *, a, a-b, with an optional /step;
+-- controlplane.cron (cronsim) computes: *, a, a-b, with an optional /step;
 -- month and day-of-week names; L and LW in day-of-month; nL and n#k in
 -- day-of-week.
 CREATE FUNCTION office._cron_term_ok(field int, term text) RETURNS boolean
@@ -555,7 +555,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION office.add_routine_trigger(text, text, text, timestamptz, text) IS
-    'Adds an enabled cron trigger to a routine (NULL id: generated). next_run_at is the first tick to claim; NULL leaves the trigger to be armed by the cron loop (controlplane.routines.fire_due). Invalid cron expression (or one over 200 characters) or time zone, a next_run_at outside 1970-01-01 .. 9999-12-31 22023 naming it; an explicit id that exists 23505; unknown routine OFR01.';
+    'Adds an enabled cron trigger to a routine (NULL id: generated). next_run_at is the first tick to claim; NULL leaves the trigger to be armed by the cron loop (controlplane.daemon.cron, which fires its ticks with office.fire_routine_tick). Invalid cron expression (or one over 200 characters) or time zone, a next_run_at outside 1970-01-01 .. 9999-12-31 22023 naming it; an explicit id that exists 23505; unknown routine OFR01.';
 REVOKE EXECUTE ON FUNCTION office.add_routine_trigger(text, text, text, timestamptz, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.add_routine_trigger(text, text, text, timestamptz, text)
     TO office_producer, office_admin;

@@ -5,7 +5,7 @@
 -- across calls, so any number of daemons may run against one database.
 --
 -- * due_routine_triggers lists what the cron loop must look at; the loop
---   computes ticks in Python (controlplane.routines.plan_tick: cron
+--   computes ticks in Python (controlplane.cron.plan_tick: cron
 --   expression, time zone, catch-up policy) and then
 -- * fire_routine_tick claims the tick (claim_routine_tick, the
 --   compare-and-swap) and dispatches it with the claimed tick

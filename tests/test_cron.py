@@ -1,12 +1,14 @@
-"""Cron ticks, catch-up and the cron loop's step (controlplane.routines;
+"""Cron ticks, catch-up and the cron loop's step (controlplane.cron;
 DOMAIN.md §6 item 21): next ticks in a time zone across DST changes, the
-skip_missed and enqueue_missed_with_cap policies, and fire_due against a
-real database (claim, dispatch with the claimed tick, redelivery)."""
+skip_missed and enqueue_missed_with_cap policies, and the loop's step
+(plan_tick, then claim_routine_tick or fire_routine_tick) against a real
+database (claim, dispatch with the claimed tick, redelivery)."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,19 +18,17 @@ from prometheus_client import CollectorRegistry
 
 from controlplane.aio import AsyncOffice
 from controlplane.client import Office
-from controlplane.errors import InvalidArgument
-from controlplane.routines import (
+from controlplane.cron import (
     BROKEN_TRIGGER_RETRY,
-    CatchUpPolicy,
     Fire,
-    RoutineTrigger,
+    TickPlan,
     due_fires,
-    fire_due,
-    fire_due_async,
     latest_tick,
     next_tick,
     plan_tick,
 )
+from controlplane.errors import InvalidArgument
+from controlplane.models import CatchUpPolicy, DispatchRoutineResult, RoutineTrigger
 
 NY = "America/New_York"
 
@@ -271,7 +271,52 @@ def test_sql_and_python_accept_and_refuse_the_same_expressions(db: psycopg.Conne
             next_tick(expression, "UTC", utc(2026, 1, 1))
 
 
-# --- fire_due against the database -------------------------------------------------------------
+# --- a step of the cron loop against the database -----------------------------------------------
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one step of the cron loop did for one trigger: the plan, whether
+    this caller won the claim, and the dispatch (a won claim with a fire)."""
+
+    plan: TickPlan
+    claimed: bool
+    dispatch: DispatchRoutineResult | None = None
+
+
+def step(
+    office: Office,
+    trigger: RoutineTrigger,
+    now: datetime,
+    catch_up_policy: CatchUpPolicy | str = CatchUpPolicy.ENQUEUE_MISSED_WITH_CAP,
+    catch_up_max: int = 25,
+) -> Step | None:
+    """The cron loop's step (controlplane.daemon.cron): plan, then arm with
+    claim_routine_tick or claim-and-dispatch with fire_routine_tick (one
+    transaction). None when the trigger owes nothing."""
+    plan = plan_tick(trigger, now, catch_up_policy, catch_up_max)
+    if plan is None:
+        return None
+    if plan.fire is None:
+        return Step(plan, office.claim_routine_tick(trigger.id, plan.observed, plan.following))
+    fire = plan.fire
+    tick = office.fire_routine_tick(
+        trigger.id,
+        fire.tick,
+        plan.following,
+        fire.missed_ticks,
+        fire.missed_since,
+        fire.missed_truncated,
+    )
+    return Step(plan, tick.claimed, tick.dispatch)
+
+
+async def step_async(office: AsyncOffice, trigger: RoutineTrigger, now: datetime) -> Step | None:
+    """:func:`step` with an AsyncOffice (a due tick, no catch-up)."""
+    plan = plan_tick(trigger, now)
+    assert plan is not None and plan.fire is not None
+    tick = await office.fire_routine_tick(trigger.id, plan.fire.tick, plan.following)
+    return Step(plan, tick.claimed, tick.dispatch)
 
 
 @pytest.fixture
@@ -299,35 +344,35 @@ def wakeups(office: Office) -> list[dict[str, Any]]:
     return office.execute("SELECT * FROM office.wakeup_requests ORDER BY requested_at, id").rows
 
 
-def test_fire_due_claims_and_dispatches_with_the_claimed_tick(office: Office) -> None:
+def test_a_step_claims_and_dispatches_with_the_claimed_tick(office: Office) -> None:
     t0 = utc(2026, 5, 10, 12, 0)
     office.add_routine_trigger("L", "*/5 * * * *", next_run_at=t0, id="t1")
     seen = stored(office)
-    outcome = fire_due(office, seen, t0 + timedelta(seconds=10))
+    outcome = step(office, seen, t0 + timedelta(seconds=10))
     assert outcome is not None and outcome.claimed and outcome.dispatch is not None
     assert outcome.dispatch.status == "done"
     assert outcome.dispatch.idempotency_key == "routine:L:t1:tick:1778414400"
     after = stored(office)
     assert after.next_run_at == utc(2026, 5, 10, 12, 5) and after.last_fired_at is not None
     # Another loop that looked at the same trigger loses the claim: no fire.
-    late = fire_due(office, seen, t0 + timedelta(seconds=20))
+    late = step(office, seen, t0 + timedelta(seconds=20))
     assert late is not None and not late.claimed and late.dispatch is None
     # A redelivery of the same fire dedups on the wakeup key; the next tick does not.
     fire = outcome.plan.fire
     assert fire is not None
     again = office.dispatch_routine("L", "cron", trigger_id="t1", **fire.dispatch_args())
     assert again.wakeup_outcome == "deduped" and again.status == "done"
-    nxt = fire_due(office, after, utc(2026, 5, 10, 12, 5, 1))
+    nxt = step(office, after, utc(2026, 5, 10, 12, 5, 1))
     assert nxt is not None and nxt.dispatch is not None
     assert nxt.dispatch.idempotency_key == "routine:L:t1:tick:1778414700"
     assert nxt.dispatch.wakeup_outcome == "queued"
     assert len(wakeups(office)) == 2
 
 
-def test_fire_due_carries_the_catch_up_into_the_wakeup(office: Office) -> None:
+def test_a_step_carries_the_catch_up_into_the_wakeup(office: Office) -> None:
     t0 = utc(2026, 5, 10, 12, 0)
     office.add_routine_trigger("L", "*/5 * * * *", next_run_at=t0, id="t1")
-    outcome = fire_due(office, stored(office), utc(2026, 5, 10, 13, 0, 1), catch_up_max=4)
+    outcome = step(office, stored(office), utc(2026, 5, 10, 13, 0, 1), catch_up_max=4)
     assert outcome is not None and outcome.dispatch is not None
     [request] = wakeups(office)
     assert request["payload"]["missed_ticks"] == 4
@@ -340,35 +385,35 @@ def test_fire_due_carries_the_catch_up_into_the_wakeup(office: Office) -> None:
     assert run == [{"catch_up_missed_ticks": 4, "catch_up_truncated": True}]
 
 
-def test_fire_due_arms_an_unarmed_trigger(office: Office) -> None:
+def test_a_step_arms_an_unarmed_trigger(office: Office) -> None:
     office.add_routine_trigger("L", "0 9 * * *", timezone="Europe/Paris", id="t1")
-    outcome = fire_due(office, stored(office), utc(2026, 7, 15, 12))
+    outcome = step(office, stored(office), utc(2026, 7, 15, 12))
     assert outcome is not None and outcome.claimed and outcome.dispatch is None
     assert outcome.plan.action == "arm"
     assert stored(office).next_run_at == utc(2026, 7, 16, 7)
     assert stored(office).last_fired_at is None
     assert wakeups(office) == []
-    assert fire_due(office, stored(office), utc(2026, 7, 15, 13)) is None  # not due yet
+    assert step(office, stored(office), utc(2026, 7, 15, 13)) is None  # not due yet
 
 
-def test_fire_due_rearms_a_trigger_that_cannot_be_computed(office: Office) -> None:
+def test_a_step_rearms_a_trigger_that_cannot_be_computed(office: Office) -> None:
     t0 = utc(2026, 5, 10, 12, 0)
     office.add_routine_trigger("L", "0 0 30 2 *", next_run_at=t0, id="t1")  # structurally fine
     now = utc(2026, 5, 10, 12, 1)
-    outcome = fire_due(office, stored(office), now)
+    outcome = step(office, stored(office), now)
     assert outcome is not None and outcome.plan.action == "rearm" and outcome.dispatch is None
     assert stored(office).next_run_at == now + BROKEN_TRIGGER_RETRY
     assert wakeups(office) == []
 
 
-async def test_fire_due_async(dsn: str) -> None:
+async def test_a_step_with_the_async_client(dsn: str) -> None:
     async with AsyncOffice(dsn, registry=CollectorRegistry()) as office:
         await office.upsert_agent("agent-1", "w1")
         await office.create_routine("w1", "light", assignee_agent_profile_id="agent-1", id="L")
         t0 = utc(2026, 5, 10, 12, 0)
         seen = await office.add_routine_trigger("L", "*/5 * * * *", next_run_at=t0, id="t1")
-        outcome = await fire_due_async(office, seen, t0 + timedelta(minutes=1))
+        outcome = await step_async(office, seen, t0 + timedelta(minutes=1))
         assert outcome is not None and outcome.claimed and outcome.dispatch is not None
         assert outcome.dispatch.idempotency_key == "routine:L:t1:tick:1778414400"
-        late = await fire_due_async(office, seen, t0 + timedelta(minutes=1))
+        late = await step_async(office, seen, t0 + timedelta(minutes=1))
         assert late is not None and not late.claimed

@@ -34,7 +34,7 @@ from prometheus_client import CollectorRegistry
 
 from controlplane import keys
 from controlplane.client import Office
-from controlplane.tasks import ProducerOutcome
+from controlplane.models import ProducerOutcome
 from tests.test_daemon import daemon, scalar, wait_for
 
 AGENTS = [f"fa-{i}" for i in range(4)]

@@ -22,15 +22,19 @@ from controlplane import keys
 from controlplane.aio import AsyncOffice
 from controlplane.client import Office
 from controlplane.errors import InvalidArgument, TaskNotFound
-from controlplane.models import DedupKind
+from controlplane.models import (
+    DedupKind,
+    ProducerOutcome,
+    ReconcileResult,
+    SkippedReason,
+    StuckParent,
+)
 from controlplane.observability import (
     MSG_WAKE_ASSIGNEE_UNRESOLVED,
     MSG_WAKE_CANDIDATE,
     MSG_WAKE_EMITTED,
     PARENT_WAKE_LOGGER,
 )
-from controlplane.parent_wake import ReconcileResult, SkippedReason, StuckParent
-from controlplane.tasks import ProducerOutcome
 from tests.test_tasks import Conn, Row, agent, call, create, move, scalar
 
 WAKE = "task_children_completed"

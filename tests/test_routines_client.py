@@ -20,10 +20,10 @@ from controlplane.errors import (
     InvalidArgument,
     RoutineNotFound,
 )
-from controlplane.models import DedupKind
-from controlplane.routines import (
+from controlplane.models import (
     CatchUpPolicy,
     ConcurrencyPolicy,
+    DedupKind,
     RoutineRunStatus,
     RoutineStatus,
     RoutineTerminal,

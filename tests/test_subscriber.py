@@ -14,14 +14,13 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from controlplane.client import Office
-from controlplane.models import DedupKind, QueueOutcome
+from controlplane.models import DedupKind, Event, QueueOutcome
 from controlplane.subscriber import (
     DETAIL_MISSING_GENERATION,
     DETAIL_STORED_RUNNER,
     EventSubscriber,
     HandlerAction,
 )
-from controlplane.tasks import Event
 from tests.test_tasks import (
     Conn,
     agent,

@@ -13,8 +13,8 @@ from controlplane import keys
 from controlplane.aio import AsyncOffice
 from controlplane.client import Office
 from controlplane.errors import AgentNotFound, InvalidArgument, TaskNotFound
-from controlplane.models import DedupKind
-from controlplane.tasks import (
+from controlplane.models import (
+    DedupKind,
     EventTopic,
     ProducerOutcome,
     TaskState,

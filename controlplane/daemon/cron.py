@@ -2,7 +2,7 @@
 
 Each iteration lists the due triggers (``office.due_routine_triggers``: not
 armed yet, or ``next_run_at`` passed, routines ``active``), plans each with
-:func:`controlplane.routines.plan_tick` - the next tick, and the catch-up
+:func:`controlplane.cron.plan_tick` - the next tick, and the catch-up
 policy of the routine after downtime (one fire standing for every missed
 tick: ``skip_missed`` says nothing about them, ``enqueue_missed_with_cap``
 carries ``missed_ticks``/``missed_since``/``missed_truncated``) - and then:
@@ -22,8 +22,8 @@ Poison: a trigger the loop cannot process - a time Python cannot represent
 time zone that cannot be evaluated, a step that fails for any reason but a
 conflict with another transaction - is set aside (``office.poison``, loop
 ``cron``): the scan leaves it out, so it never takes a slot ahead of the
-triggers that can fire. (Outside the daemon, ``fire_due`` re-arms an
-uncomputable trigger a day later instead.)
+triggers that can fire. (A plan of :func:`controlplane.cron.plan_tick` for
+an uncomputable trigger re-arms it a day later instead.)
 """
 
 from __future__ import annotations
@@ -33,50 +33,16 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from controlplane.daemon.loop import Loop, fetch, is_connection_error
+from controlplane.cron import TickPlan, next_tick, plan_tick
+from controlplane.daemon.loop import Loop, is_connection_error
 from controlplane.errors import RoutineNotFound
+from controlplane.models import DispatchRoutineResult, DueTrigger, RoutineSource, RoutineTrigger
 from controlplane.observability import Reporter
-from controlplane.routines import (
-    DispatchRoutineResult,
-    RoutineSource,
-    RoutineTrigger,
-    TickPlan,
-    next_tick,
-    plan_tick,
-    report_dispatch,
-    routine_run_counter,
-)
 from controlplane.subscriber import poison_reason
 
-__all__ = ["DUE_ROUTINE_TRIGGERS", "FIRE_ROUTINE_TICK", "CronLoop", "TickOutcome"]
+__all__ = ["CronLoop", "TickOutcome"]
 
 log = logging.getLogger("controlplane.daemon.cron")
-
-# The database's clock decides what is due (one clock for every daemon): the
-# scan's default ``at`` is the transaction's now(), returned with each row.
-# A time Python cannot represent (year 1 to 9999, with a day's margin for the
-# session's time zone) would fail the whole batch as it loads: it comes as
-# NULL, with its text, and only its own row is set aside.
-DUE_ROUTINE_TRIGGERS = """
-SELECT now() AS at, t.trigger_id, t.routine_id, t.cron_expression, t.timezone, t.enabled,
-       t.catch_up_policy, t.catch_up_max,
-       CASE WHEN t.next_run_at BETWEEN %(lo)s AND %(hi)s THEN t.next_run_at END AS next_run_at,
-       CASE WHEN t.last_fired_at BETWEEN %(lo)s AND %(hi)s THEN t.last_fired_at END
-           AS last_fired_at,
-       CASE WHEN t.next_run_at NOT BETWEEN %(lo)s AND %(hi)s
-              OR t.last_fired_at NOT BETWEEN %(lo)s AND %(hi)s
-            THEN format('next_run_at %%s, last_fired_at %%s', t.next_run_at, t.last_fired_at)
-       END AS unrepresentable
-  FROM office.due_routine_triggers(max_rows => %(max_rows)s) t
-"""
-REPRESENTABLE = {"lo": "0001-01-02 00:00:00+00", "hi": "9999-12-30 00:00:00+00"}
-SET_ASIDE = "SELECT office.set_aside('cron', %(row_id)s, %(reason)s, %(sqlstate)s) AS new"
-FIRE_ROUTINE_TICK = """
-SELECT * FROM office.fire_routine_tick(
-    trigger_id => %(trigger_id)s, observed_next_run_at => %(observed)s,
-    following_next_run_at => %(following)s, missed_ticks => %(missed_ticks)s,
-    missed_since => %(missed_since)s, missed_truncated => %(missed_truncated)s)
-"""
 
 
 class TickOutcome:
@@ -101,30 +67,16 @@ class CronLoop(Loop):
         self.fired = 0
 
     def iterate(self) -> bool:
-        rows = fetch(self.office, DUE_ROUTINE_TRIGGERS, {"max_rows": self.batch, **REPRESENTABLE})
+        rows = self.office.due_routine_triggers(self.batch)
         failed = 0
         for row in rows:
             if self.stop.is_set():
                 return False
-            if row["unrepresentable"] is not None:
-                self.set_aside(row["trigger_id"], f"time out of range: {row['unrepresentable']}")
+            if row.unrepresentable is not None:
+                self.set_aside(row.trigger_id, f"time out of range: {row.unrepresentable}")
                 continue
             try:
-                trigger = RoutineTrigger(
-                    id=row["trigger_id"],
-                    routine_id=row["routine_id"],
-                    cron_expression=row["cron_expression"],
-                    timezone=row["timezone"],
-                    next_run_at=row["next_run_at"],
-                    last_fired_at=row["last_fired_at"],
-                    enabled=row["enabled"],
-                )
-                if trigger.cron_expression is not None:
-                    # Uncomputable ticks: set aside here, never re-armed daily.
-                    next_tick(trigger.cron_expression, trigger.timezone, row["at"])
-                plan = plan_tick(trigger, row["at"], row["catch_up_policy"], row["catch_up_max"])
-                if plan is not None:
-                    self.step(trigger, plan)
+                self.look_at(row)
             except RoutineNotFound:
                 # Deleted since the scan: nothing left to do or to set aside.
                 continue
@@ -137,19 +89,28 @@ class CronLoop(Loop):
                 failed += 1
                 self.metrics.ticks.labels(outcome=TickOutcome.ERROR).inc()
                 sqlstate = getattr(exc, "sqlstate", None) or None
-                if not self.set_aside(row["trigger_id"], str(exc), sqlstate):
+                if not self.set_aside(row.trigger_id, str(exc), sqlstate):
                     log.warning(
                         "cron trigger step failed: %s",
                         exc,
-                        extra={"trigger_id": row["trigger_id"], "routine": row["routine_id"]},
+                        extra={"trigger_id": row.trigger_id, "routine": row.routine_id},
                     )
         return len(rows) >= self.batch and failed < len(rows)
+
+    def look_at(self, row: DueTrigger) -> None:
+        """Plan one scanned trigger at the scan's time and take its step."""
+        trigger = row.trigger()
+        if trigger.cron_expression is not None:
+            # Uncomputable ticks: set aside here, never re-armed daily.
+            next_tick(trigger.cron_expression, trigger.timezone, row.at)
+        plan = plan_tick(trigger, row.at, row.catch_up_policy, row.catch_up_max)
+        if plan is not None:
+            self.step(trigger, plan)
 
     def set_aside(self, trigger_id: str, reason: str, sqlstate: str | None = None) -> bool:
         """``office.set_aside`` for a trigger; False when the failure was
         transient (or the trigger already set aside)."""
-        params = {"row_id": trigger_id, "reason": poison_reason(reason), "sqlstate": sqlstate}
-        return bool(fetch(self.office, SET_ASIDE, params)[0]["new"])
+        return self.office.set_aside(self.name, trigger_id, poison_reason(reason), sqlstate)
 
     def step(self, trigger: RoutineTrigger, plan: TickPlan) -> str:
         """Arm, re-arm, or claim-and-fire one trigger; returns the outcome."""
@@ -161,37 +122,33 @@ class CronLoop(Loop):
             self.metrics.ticks.labels(outcome=outcome).inc()
             return outcome
         fire = plan.fire
-        params = {
-            "trigger_id": trigger.id,
-            "observed": plan.observed,
-            "following": plan.following,
-            "missed_ticks": fire.missed_ticks,
-            "missed_since": fire.missed_since,
-            "missed_truncated": fire.missed_truncated,
-        }
-        row = fetch(self.office, FIRE_ROUTINE_TICK, params)[0]
-        if not row["claimed"]:
+        assert plan.observed is not None  # a fire is only planned for an armed trigger
+        tick = self.office.fire_routine_tick(
+            trigger.id,
+            plan.observed,
+            plan.following,
+            fire.missed_ticks,
+            fire.missed_since,
+            fire.missed_truncated,
+        )
+        if not tick.claimed:
             self.metrics.ticks.labels(outcome=TickOutcome.LOST).inc()
             return TickOutcome.LOST
-        if row["routine_run_id"] is None:
+        result = tick.dispatch
+        if result is None:
             self.metrics.ticks.labels(outcome=TickOutcome.ERROR).inc()
-            routine_run_counter(self.reporter.metrics.registry).labels(
-                workspace=row["workspace_id"] or "", source="cron", disposition="failed"
-            ).inc()
+            self.reporter.report_routine_run(tick.workspace_id, RoutineSource.CRON, "failed")
             log.warning(
                 "routine tick dispatch failed; the tick is spent",
                 extra={
                     "routine": trigger.routine_id,
                     "trigger_id": trigger.id,
                     "tick": fire.tick.isoformat(),
-                    "error": row["error_message"],
-                    "sqlstate": row["error_sqlstate"],
+                    "error": tick.error_message,
+                    "sqlstate": tick.error_sqlstate,
                 },
             )
             return TickOutcome.ERROR
-        result = DispatchRoutineResult.model_validate(
-            {k: v for k, v in row.items() if k not in ("claimed", "error_sqlstate")}
-        )
         self.report(trigger.routine_id, result)
         self.metrics.ticks.labels(outcome=TickOutcome.FIRED).inc()
         self.fired += 1
@@ -209,4 +166,4 @@ class CronLoop(Loop):
 
     def report(self, routine_id: str, result: DispatchRoutineResult) -> None:
         """What the clients report for a fire (``Office.dispatch_routine``)."""
-        report_dispatch(self.reporter, routine_id, RoutineSource.CRON.value, result)
+        self.reporter.report_dispatch(routine_id, RoutineSource.CRON.value, result)

@@ -23,21 +23,16 @@ import random
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
-from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
 
 from controlplane.client import Office
 from controlplane.daemon.metrics import DaemonMetrics
-from controlplane.errors import wrap_exceptions
 
-__all__ = ["TAKE_POISON_REPORTS", "DatabaseHealth", "Loop", "fetch", "is_connection_error"]
+__all__ = ["DatabaseHealth", "Loop", "is_connection_error"]
 
 log = logging.getLogger("controlplane.daemon")
 
-TAKE_POISON_REPORTS = "SELECT * FROM office.take_poison_reports(loop => %(loop)s)"
 #: A schema older than 0.4.0 has no office.poison: look again this often.
 POISON_RECHECK = 300.0
 UNDEFINED_FUNCTION = "42883"
@@ -47,20 +42,6 @@ def is_connection_error(exc: BaseException) -> bool:
     """A lost or unreachable database (including a pool timeout and an
     administrator shutdown of the server), as opposed to a failed statement."""
     return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
-
-
-def fetch(
-    office: Office, sql: str, params: Mapping[str, Any] | None = None
-) -> list[dict[str, Any]]:
-    """Rows of one statement on a connection of ``office``'s pool, in its own
-    autocommit transaction, with the typed errors of the clients. (For the
-    daemon's own functions; they leave no session state behind.)"""
-    with office.pool.connection() as conn:
-        if not conn.autocommit:
-            conn.autocommit = True
-        with wrap_exceptions(), conn.cursor(row_factory=dict_row) as cur:
-            cur.execute(sql, params)
-            return cur.fetchall() if cur.description is not None else []
 
 
 class DatabaseHealth:
@@ -223,7 +204,7 @@ class Loop(ABC):
         if self.poison_kind is None or time.monotonic() < self._no_poison_until:
             return 0
         try:
-            rows = fetch(self.office, TAKE_POISON_REPORTS, {"loop": self.name})
+            rows = self.office.take_poison_reports(self.name)
         except Exception as exc:
             if getattr(exc, "sqlstate", None) != UNDEFINED_FUNCTION:
                 raise
@@ -244,13 +225,13 @@ class Loop(ABC):
                 "%s loop set aside %s %s: %s",
                 self.name,
                 self.poison_kind,
-                row["row_id"],
-                row["reason"],
+                row.row_id,
+                row.reason,
                 extra={
                     "event": "poison",
                     "loop": self.name,
-                    "row_id": row["row_id"],
-                    "sqlstate": row["sqlstate"],
+                    "row_id": row.row_id,
+                    "sqlstate": row.sqlstate,
                 },
             )
         return len(rows)

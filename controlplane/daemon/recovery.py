@@ -30,13 +30,11 @@ from datetime import timedelta
 from typing import Any
 
 from controlplane.daemon.config import STALE_AFTER, STALE_AFTER_WITHOUT_LEASES
-from controlplane.daemon.loop import Loop, fetch
+from controlplane.daemon.loop import Loop
 
 __all__ = ["PruneLoop", "RecoveryLoop"]
 
 log = logging.getLogger("controlplane.daemon")
-
-PRUNE_EVENTS = "SELECT office.prune_events(older_than => %(older_than)s) AS count"
 
 
 class RecoveryLoop(Loop):
@@ -87,7 +85,7 @@ class PruneLoop(Loop):
 
     def iterate(self) -> bool:
         runs = self.office.prune_runs(self.retention)
-        events = int(fetch(self.office, PRUNE_EVENTS, {"older_than": self.retention})[0]["count"])
+        events = self.office.prune_events(self.retention)
         self.metrics.runs_pruned.inc(runs)
         self.metrics.events_pruned.inc(events)
         if runs or events:

@@ -6,20 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from controlplane.daemon.loop import Loop, fetch
+from controlplane.daemon.loop import Loop
+from controlplane.models import DaemonStats
 
-__all__ = ["DAEMON_STATS", "StatsLoop"]
-
-# As one JSON object without the times of the oldest event and claim: a time
-# written by hand outside Python's years would fail to load and stop this
-# loop (a lag of -infinity comes as the text "-Infinity", which float() takes);
-# a schema older than 0.4.0 simply has no poison_by_loop.
-DAEMON_STATS = (
-    "SELECT to_jsonb(s) - 'oldest_pending_event_at' - 'oldest_claimed_at' AS stats"
-    " FROM office.daemon_stats() s"
-)
-QUEUE_STATS = "SELECT status, runs FROM office.queue_stats"
-DEDUP_STATS = "SELECT queue, reason, kind, total FROM office.dedup_stats"
+__all__ = ["StatsLoop"]
 
 
 class StatsLoop(Loop):
@@ -27,25 +17,23 @@ class StatsLoop(Loop):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.last: dict[str, Any] = {}
+        self.last: DaemonStats | None = None
 
     def iterate(self) -> bool:
-        stats: dict[str, Any] = fetch(self.office, DAEMON_STATS)[0]["stats"]
-        queue = fetch(self.office, QUEUE_STATS)
-        dedup = fetch(self.office, DEDUP_STATS)
+        stats = self.office.daemon_stats()
+        queue = self.office.queue_stats()
+        dedup = self.office.dedup_stats()
         m = self.metrics
-        m.outbox_lag.set(float(stats["outbox_lag_seconds"] or 0.0))
-        m.outbox_pending.set(int(stats["pending_events"]))
-        m.wakeups_queued.set(int(stats["queued_wakeups"]))
-        m.triggers_due.set(int(stats["due_triggers"]))
-        m.oldest_claim_age.set(float(stats["oldest_claim_age_seconds"] or 0.0))
-        for loop, rows in (stats.get("poison_by_loop") or {}).items():
-            m.poison_rows.labels(loop=loop).set(int(rows))
-        for row in queue:
-            m.runs.labels(status=row["status"]).set(int(row["runs"]))
-        for row in dedup:
-            m.dedup_stats.labels(queue=row["queue"], reason=row["reason"], kind=row["kind"]).set(
-                int(row["total"])
-            )
+        m.outbox_lag.set(stats.outbox_lag_seconds or 0.0)
+        m.outbox_pending.set(stats.pending_events)
+        m.wakeups_queued.set(stats.queued_wakeups)
+        m.triggers_due.set(stats.due_triggers)
+        m.oldest_claim_age.set(stats.oldest_claim_age_seconds or 0.0)
+        for loop, rows in (stats.poison_by_loop or {}).items():
+            m.poison_rows.labels(loop=loop).set(rows)
+        for by_status in queue:
+            m.runs.labels(status=by_status.status).set(by_status.runs)
+        for d in dedup:
+            m.dedup_stats.labels(queue=d.queue, reason=d.reason, kind=d.kind).set(d.total)
         self.last = stats
         return False

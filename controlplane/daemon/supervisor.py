@@ -26,7 +26,7 @@ import time
 from types import FrameType
 from typing import Any
 
-from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, start_http_server
 from psycopg_pool import ConnectionPool
 
 from controlplane.client import Office
@@ -39,8 +39,7 @@ from controlplane.daemon.stats import StatsLoop
 from controlplane.daemon.subscriber import SubscriberLoop
 from controlplane.daemon.sweep import SweepLoop
 from controlplane.daemon.wakeups import WakeupLoop
-from controlplane.observability import metrics_for, parent_wake_metrics_for
-from controlplane.routines import routine_run_counter
+from controlplane.observability import metrics_for, parent_wake_metrics_for, routine_run_counter
 
 __all__ = ["Daemon"]
 
@@ -98,7 +97,7 @@ class Daemon:
         # Every counter of the clients is served from the start, at zero.
         metrics_for(self.registry)
         parent_wake_metrics_for(self.registry)
-        routine_run_counter(self.registry if self.registry is not None else REGISTRY)
+        routine_run_counter(self.registry)
         if cfg.metrics_port is not None:
             kwargs: dict[str, Any] = {"addr": cfg.metrics_host}
             if self.registry is not None:

@@ -16,15 +16,11 @@ import logging
 from datetime import timedelta
 from typing import Any
 
-from controlplane.daemon.loop import Loop, fetch
+from controlplane.daemon.loop import Loop
 
-__all__ = ["DISPATCH_QUEUED_WAKEUPS", "WakeupLoop"]
+__all__ = ["WakeupLoop"]
 
 log = logging.getLogger("controlplane.daemon.wakeups")
-
-DISPATCH_QUEUED_WAKEUPS = (
-    "SELECT * FROM office.dispatch_queued_wakeups(max_rows => %(max_rows)s, min_age => %(min_age)s)"
-)
 
 
 class WakeupLoop(Loop):
@@ -37,23 +33,21 @@ class WakeupLoop(Loop):
         self.min_age = timedelta(seconds=min_age)
 
     def iterate(self) -> bool:
-        rows = fetch(
-            self.office, DISPATCH_QUEUED_WAKEUPS, {"max_rows": self.batch, "min_age": self.min_age}
-        )
+        rows = self.office.dispatch_queued_wakeups(self.batch, self.min_age)
         progressed = False
         for row in rows:
-            self.metrics.wakeups.labels(status=row["status"]).inc()
+            self.metrics.wakeups.labels(status=row.status).inc()
             # (A request set aside is logged once, as poison, by report_poison.)
-            if row["error_message"] and row["status"] != "set_aside":
+            if row.error_message and row.status != "set_aside":
                 log.warning(
                     "dispatch wakeup request: %s",
-                    row["error_message"],
+                    row.error_message,
                     extra={
-                        "wakeup_id": row["wakeup_request_id"],
-                        "agent_profile_id": row["agent_profile_id"],
-                        "status": row["status"],
+                        "wakeup_id": row.wakeup_request_id,
+                        "agent_profile_id": row.agent_profile_id,
+                        "status": row.status,
                     },
                 )
-            if row["status"] != "queued":
+            if row.status != "queued":
                 progressed = True
         return len(rows) >= self.batch and progressed

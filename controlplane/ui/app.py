@@ -35,8 +35,7 @@ from starlette.staticfiles import StaticFiles
 from controlplane.cli_base import describe
 from controlplane.client import Office
 from controlplane.errors import OfficeError
-from controlplane.models import AgentStatus
-from controlplane.routines import RoutineSource
+from controlplane.models import AgentStatus, RoutineSource
 from controlplane.ui import chart
 from controlplane.ui.queries import (
     ACTION_FUNCTIONS,

@@ -23,8 +23,7 @@ from pydantic import BaseModel, ConfigDict
 
 from controlplane.cli_base import describe
 from controlplane.client import Office
-from controlplane.models import Agent, Run, RunStatus
-from controlplane.tasks import Task
+from controlplane.models import Agent, Run, RunStatus, Task
 
 #: Rows per page of every list.
 PAGE_SIZE = 50

@@ -402,7 +402,7 @@ AS $fn$
     SELECT * FROM office._on_add_routine_trigger(office._route('routine', $1), $1, $2, $3, $4, $5)
 $fn$;
 COMMENT ON FUNCTION office.add_routine_trigger(routine_id text, cron_expression text, timezone text, next_run_at timestamp with time zone, id text) IS
-    'Adds an enabled cron trigger to a routine (NULL id: generated). next_run_at is the first tick to claim; NULL leaves the trigger to be armed by the cron loop (controlplane.routines.fire_due). Invalid cron expression (or one over 200 characters) or time zone, a next_run_at outside 1970-01-01 .. 9999-12-31 22023 naming it; an explicit id that exists 23505; unknown routine OFR01.';
+    'Adds an enabled cron trigger to a routine (NULL id: generated). next_run_at is the first tick to claim; NULL leaves the trigger to be armed by the cron loop (controlplane.daemon.cron, which fires its ticks with office.fire_routine_tick). Invalid cron expression (or one over 200 characters) or time zone, a next_run_at outside 1970-01-01 .. 9999-12-31 22023 naming it; an explicit id that exists 23505; unknown routine OFR01.';
 REVOKE EXECUTE ON FUNCTION office.add_routine_trigger(routine_id text, cron_expression text, timezone text, next_run_at timestamp with time zone, id text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.add_routine_trigger(routine_id text, cron_expression text, timezone text, next_run_at timestamp with time zone, id text) TO office_admin, office_producer;
 

@@ -13,19 +13,16 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict
 
-from controlplane.models import DedupKind, _json_value
+from controlplane.models.common import DedupKind
 
 __all__ = [
     "TASK_STATES",
     "TERMINAL_STATES",
     "ActorType",
     "AssignResult",
-    "Event",
-    "EventTopic",
     "ProducerOutcome",
     "Task",
     "TaskResult",
@@ -79,11 +76,6 @@ class ProducerOutcome(StrEnum):
     DEDUPED = "deduped"
     COALESCED = "coalesced"
     SKIPPED = "skipped"
-
-
-class EventTopic(StrEnum):
-    TASK_ASSIGNED = "task.assigned"
-    TASK_MOVED = "task.moved"
 
 
 class _ProducerResult(BaseModel):
@@ -142,25 +134,3 @@ class Task(BaseModel):
     @property
     def archived(self) -> bool:
         return self.archived_at is not None
-
-
-class Event(BaseModel):
-    """A row of ``office.events``, the transactional outbox (API.md §6)."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    id: int
-    topic: str
-    task_id: str | None = None
-    payload: dict[str, Any] = Field(default_factory=dict)
-    created_at: datetime
-    processed_at: datetime | None = None
-    claimed_by: str | None = None
-    claimed_at: datetime | None = None
-    visible_at: datetime | None = None
-    deliveries: int = 0
-
-    @field_validator("payload", mode="before")
-    @classmethod
-    def _decode_payload(cls, value: Any) -> Any:
-        return {} if value is None else _json_value(value)

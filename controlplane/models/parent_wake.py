@@ -16,8 +16,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict
 
-from controlplane.models import DedupKind
-from controlplane.tasks import ProducerOutcome
+from controlplane.models.common import DedupKind
+from controlplane.models.tasks import ProducerOutcome
 
 __all__ = [
     "CHILDREN_COMPLETED",

@@ -1,4 +1,4 @@
-"""Typed results of the office SQL API (API.md §2-§3) for both Python clients.
+"""Typed results of the run queue (API.md §2-§3) for both Python clients.
 
 A duplicate or a coalesce is an *outcome*, never an error: every enqueue
 returns an :class:`EnqueueResult` and only ``queued`` means that a run was
@@ -7,42 +7,19 @@ created (DOMAIN.md §2.1).
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-
-class QueueOutcome(StrEnum):
-    """What an enqueue did (``office.enqueue_result.outcome``)."""
-
-    QUEUED = "queued"
-    DEDUPED = "deduped"
-    COALESCED = "coalesced"
-
-
-class DedupKind(StrEnum):
-    """How a ``deduped`` outcome was decided: the windowed lookup or the
-    durable unique index."""
-
-    WINDOWED = "windowed"
-    DURABLE = "durable"
-
-
-class DedupQueue(StrEnum):
-    """The queue a dedup happened on (the ``queue`` label)."""
-
-    RUNS = "runs"
-    WAKEUP = "wakeup"
-
-
-class KeylessCause(StrEnum):
-    """Why a producer enqueues without a key (DOMAIN.md §2.5)."""
-
-    UNRESOLVED = "unresolved"
-    BY_DESIGN = "by_design"
+from controlplane.models.common import (
+    DedupKind,
+    DedupQueue,
+    KeylessCause,
+    QueueOutcome,
+    _json_value,
+)
 
 
 class RunStatus(StrEnum):
@@ -58,19 +35,6 @@ class RunKeyHow(StrEnum):
 
     OWN = "own"  # its own idempotency_key
     COALESCED = "coalesced"  # a request with this key was coalesced into it
-
-
-class AgentStatus(StrEnum):
-    IDLE = "idle"
-    RUNNING = "running"
-    PAUSED = "paused"
-    STOPPED = "stopped"
-    PENDING_APPROVAL = "pending_approval"
-
-
-def _json_value(value: Any) -> Any:
-    """asyncpg hands ``jsonb`` over as text; psycopg already decodes it."""
-    return json.loads(value) if isinstance(value, str) else value
 
 
 class EnqueueRequest(BaseModel):
@@ -213,24 +177,3 @@ class RunKey(BaseModel):
     idempotency_key: str
     recorded_at: datetime
     how: RunKeyHow
-
-
-class Agent(BaseModel):
-    """A row of ``office.agent_profiles`` (API.md §2)."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    id: str
-    workspace_id: str
-    name: str = ""
-    status: AgentStatus
-    created_at: datetime
-    updated_at: datetime
-
-    @property
-    def accepts_runs(self) -> bool:
-        return self.status not in (
-            AgentStatus.PAUSED,
-            AgentStatus.STOPPED,
-            AgentStatus.PENDING_APPROVAL,
-        )

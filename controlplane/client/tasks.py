@@ -1,0 +1,180 @@
+"""The operations of tasks, parent wakes and the outbox (API.md §2, §5, §6):
+one flow each, shared by both clients (see :mod:`controlplane.client.core`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import timedelta
+from typing import Any
+
+from controlplane.client import queries as q
+from controlplane.client.core import Call, Flow, OperationsCore, as_interval
+from controlplane.client.queries import Query
+from controlplane.models import (
+    CHILDREN_COMPLETED,
+    ActorType,
+    AssignResult,
+    Event,
+    ReconcileResult,
+    StuckParent,
+    Task,
+    TaskResult,
+    TaskState,
+    TaskTerminalStatus,
+)
+
+__all__ = ["TaskOperations"]
+
+
+class TaskOperations(OperationsCore):
+    # tasks ------------------------------------------------------------------
+
+    def create_task(
+        self,
+        workspace_id: str,
+        id: str | None = None,
+        title: str = "",
+        parent_id: str | None = None,
+        workflow_step_id: str | None = None,
+        assignee_agent_profile_id: str | None = None,
+        state: TaskState | str = TaskState.TODO,
+        is_office: bool = True,
+        is_ephemeral: bool = False,
+    ) -> Flow[TaskResult]:
+        """``office.create_task``: generation 1 with assignee and step (else
+        0), and for an Office task with an assignee its ``task_assigned`` run."""
+        params = {
+            "workspace_id": workspace_id,
+            "id": id,
+            "title": title,
+            "parent_id": parent_id,
+            "workflow_step_id": workflow_step_id,
+            "assignee_agent_profile_id": assignee_agent_profile_id,
+            "state": str(state),
+            "is_office": is_office,
+            "is_ephemeral": is_ephemeral,
+        }
+        reply = yield Call(q.CREATE_TASK, params)
+        return TaskResult.model_validate(reply.rows[0])
+
+    def assign_task(
+        self,
+        task_id: str,
+        assignee_agent_profile_id: str | None,
+        actor_id: str | None = None,
+        actor_type: ActorType | str = ActorType.USER,
+    ) -> Flow[AssignResult]:
+        """``office.assign_task``: the generation this call committed, the
+        interrupt flag and the ``task_assigned`` run (None/'' unassigns)."""
+        params = {
+            "task_id": task_id,
+            "assignee_agent_profile_id": assignee_agent_profile_id,
+            "actor_id": actor_id,
+            "actor_type": str(actor_type),
+        }
+        reply = yield Call(q.ASSIGN_TASK, params)
+        return AssignResult.model_validate(reply.rows[0])
+
+    def _task(self, query: Query, params: Mapping[str, Any]) -> Flow[Task]:
+        reply = yield Call(query, params)
+        return Task.model_validate(reply.rows[0])
+
+    def move_task(self, task_id: str, state: TaskState | str) -> Flow[Task]:
+        """``office.move_task``; the terminal effects run in the same transaction."""
+        return (yield from self._task(q.MOVE_TASK, {"task_id": task_id, "state": str(state)}))
+
+    def archive_task(self, task_id: str) -> Flow[Task]:
+        """``office.archive_task``: the task, archived."""
+        return (yield from self._task(q.ARCHIVE_TASK, {"task_id": task_id}))
+
+    def get_task(self, task_id: str) -> Flow[Task | None]:
+        """``office.get_task``: the task, or None."""
+        reply = yield Call(q.GET_TASK, {"task_id": task_id})
+        return Task.model_validate(reply.rows[0]) if reply.rows else None
+
+    def add_blocker(self, task_id: str, blocker_task_id: str) -> Flow[None]:
+        """``blocker_task_id`` now blocks ``task_id`` (a cycle is InvalidArgument)."""
+        yield from self.done(
+            q.ADD_BLOCKER, {"task_id": task_id, "blocker_task_id": blocker_task_id}
+        )
+
+    def remove_blocker(self, task_id: str, blocker_task_id: str) -> Flow[None]:
+        """``blocker_task_id`` no longer blocks ``task_id``."""
+        yield from self.done(
+            q.REMOVE_BLOCKER, {"task_id": task_id, "blocker_task_id": blocker_task_id}
+        )
+
+    def task_terminal_status(self, task_id: str) -> Flow[TaskTerminalStatus]:
+        """``office.task_terminal_status``: done, failed, cancelled, '' (open) or missing."""
+        value = yield from self.value(q.TASK_TERMINAL_STATUS, {"task_id": task_id})
+        return TaskTerminalStatus(value)
+
+    def is_task_terminal(self, task_id: str) -> Flow[bool]:
+        """``office.is_task_terminal``."""
+        return bool((yield from self.value(q.IS_TASK_TERMINAL, {"task_id": task_id})))
+
+    def child_set_key(self, parent_task_id: str) -> Flow[str]:
+        """``office.child_set_key``: the key of the parent's current child set."""
+        params = {"parent_task_id": parent_task_id}
+        return str((yield from self.value(q.CHILD_SET_KEY, params)))
+
+    def child_generation(self, parent_task_id: str) -> Flow[str]:
+        """``office.child_generation``: the generation of the parent's child wave."""
+        params = {"parent_task_id": parent_task_id}
+        return str((yield from self.value(q.CHILD_GENERATION, params)))
+
+    # parent wakes -------------------------------------------------------------
+
+    def list_stuck_parents(
+        self, max_rows: int = 5, reason: str = CHILDREN_COMPLETED
+    ) -> Flow[list[StuckParent]]:
+        """``office.list_stuck_parents``: parents whose finished child wave
+        nobody delivered, ordered by id (every candidate condition applied
+        before the limit)."""
+        reply = yield Call(q.LIST_STUCK_PARENTS, {"max_rows": max_rows, "reason": reason})
+        return [StuckParent.model_validate(row) for row in reply.rows]
+
+    def reconcile_parent(
+        self, parent_task_id: str, child_set_key: str, newest_child_updated_at: str
+    ) -> Flow[ReconcileResult]:
+        """``office.reconcile_parent``: wake one stuck parent with the edge
+        path's key and write its receipt, or decline (``skipped_reason``)."""
+        params = {
+            "parent_task_id": parent_task_id,
+            "child_set_key": child_set_key,
+            "newest_child_updated_at": newest_child_updated_at,
+        }
+        reply = yield Call(q.RECONCILE_PARENT, params)
+        result = ReconcileResult.model_validate(reply.rows[0])
+        self.reporter.report_reconcile(result)
+        return result
+
+    def sweep_stuck_parents(self, max_rows: int = 5) -> Flow[list[ReconcileResult]]:
+        """``office.sweep_stuck_parents``: one tick of the stuck-parent sweep
+        (counted: candidates, emitted, assignee_unresolved)."""
+        reply = yield Call(q.SWEEP_STUCK_PARENTS, {"max_rows": max_rows})
+        results = [ReconcileResult.model_validate(row) for row in reply.rows]
+        for result in results:  # the statement has committed: so have the receipts
+            self.reporter.report_parent_candidate(result.parent_task_id)
+            self.reporter.report_reconcile(result)
+        return results
+
+    # events -----------------------------------------------------------------
+
+    def claim_events(
+        self, consumer: str, max_rows: int = 100, visibility: timedelta | float = 30
+    ) -> Flow[list[Event]]:
+        """``office.claim_events``: up to ``max_rows`` pending events, hidden
+        from other consumers for ``visibility`` (seconds or a timedelta)."""
+        params = {"consumer": consumer, "max_rows": max_rows, "visibility": as_interval(visibility)}
+        reply = yield Call(q.CLAIM_EVENTS, params)
+        return [Event.model_validate(row) for row in reply.rows]
+
+    def ack_events(self, ids: Iterable[int]) -> Flow[int]:
+        """``office.ack_events``: how many of ``ids`` were acknowledged now."""
+        return (yield from self.count(q.ACK_EVENTS, {"ids": list(ids)}))
+
+    def prune_events(self, older_than: timedelta | float) -> Flow[int]:
+        """``office.prune_events``: acknowledged events older than
+        ``older_than`` deleted; how many."""
+        return (yield from self.count(q.PRUNE_EVENTS, {"older_than": as_interval(older_than)}))

@@ -1,0 +1,86 @@
+"""``officectl doctor``: is this database's office installation sound?
+
+Each check reads the catalog (nothing is changed) and yields findings: what
+it saw and, for anything wrong, what to do about it. A ``problem`` makes the
+command exit non-zero; a ``warning`` is worth knowing but does not.
+
+Checks:
+
+* version - ``office.schema_version()`` against this package's version
+  (:func:`controlplane.schema.current_version`), and the extension's own
+  version where office is an extension;
+* indexes - the dedup and routine-gate indexes of API.md exist, are valid and
+  have exactly the documented columns and predicates;
+* roles and grants - the four office roles exist, ``office_admin`` is a member
+  of the other three, each has USAGE on the schema, ``office_admin`` may call
+  every API function, and PUBLIC has nothing on the schema or in it;
+* settings - ``office.idempotency_window`` and ``office.coalesce_window`` are
+  non-negative intervals, ``office.notify`` is ``on`` or ``off``, wherever they
+  are set (this session, ``ALTER DATABASE``/``ALTER ROLE … SET``);
+* probes - what mixed-version clients probe for (``runs.entry_triggered``);
+* workspaces - rows that reference across workspaces (a task's parent, blocker
+  or assignee, a routine's assignee in another workspace): 0.4.0 refuses new
+  ones (OFW01) but does not re-check rows written before it.
+* poison - the rows the daemon's loops set aside because they cannot process
+  them (``office.poison``), one warning each, with the error and how to
+  release the row once repaired.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import psycopg
+
+from controlplane.client import queries as q
+from controlplane.doctor.findings import Finding, Status, one
+from controlplane.doctor.installation import (
+    check_admin_can_call,
+    check_indexes,
+    check_public,
+    check_roles,
+    check_version,
+)
+from controlplane.doctor.runtime import (
+    check_poison,
+    check_probes,
+    check_settings,
+    check_workspaces,
+)
+
+__all__ = ["CHECKS", "Finding", "Status", "healthy", "run_checks"]
+
+CHECKS = (
+    check_version,
+    check_indexes,
+    check_roles,
+    check_public,
+    check_admin_can_call,
+    check_settings,
+    check_probes,
+    check_workspaces,
+    check_poison,
+)
+
+
+def run_checks(conn: psycopg.Connection[Any]) -> list[Finding]:
+    """Every finding for the database of ``conn`` (an autocommit connection)."""
+    installed = one(conn, q.DOCTOR_OFFICE_SCHEMA)
+    if not installed:
+        return [
+            Finding(
+                check="version",
+                status=Status.PROBLEM,
+                detail="office is not installed in this database (no schema office)",
+                fix="officectl migrate (or CREATE EXTENSION office)",
+            )
+        ]
+    findings: list[Finding] = []
+    for check in CHECKS:
+        findings.extend(check(conn))
+    return findings
+
+
+def healthy(findings: Iterable[Finding]) -> bool:
+    return all(f.status is not Status.PROBLEM for f in findings)

@@ -1,0 +1,227 @@
+"""The doctor's checks of what the installation runs with: the settings,
+the probes clients rely on, rows across workspaces, rows set aside (see
+:mod:`controlplane.doctor`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+
+from controlplane.client import queries as q
+from controlplane.doctor.findings import Finding, Status, one, rows
+
+WINDOW_SETTINGS = {
+    "office.idempotency_window": "24 hours",
+    "office.coalesce_window": "5 seconds",
+}
+NOTIFY_SETTING = "office.notify"
+
+
+# --- settings --------------------------------------------------------------------------
+
+
+def _setting_sources(conn: psycopg.Connection[Any], name: str) -> list[tuple[str, str]]:
+    """Every place ``name`` is set for this database: this session (which sees
+    postgresql.conf and the settings of this database and role), and each
+    ``ALTER DATABASE``/``ALTER ROLE … SET`` that applies here."""
+    sources: list[tuple[str, str]] = []
+    session = one(conn, q.DOCTOR_SESSION_SETTING, {"name": name})
+    if session:
+        sources.append(("this session", str(session)))
+    stored = [
+        (str(row["place"]), str(row["value"]))
+        for row in rows(conn, q.DOCTOR_STORED_SETTINGS, {"name": name})
+    ]
+    if sources and any(value == sources[0][1] for _, value in stored):
+        sources = []  # the session only shows one of those
+    return sources + stored
+
+
+def _interval_problem(conn: psycopg.Connection[Any], value: str) -> str | None:
+    try:
+        negative = one(conn, q.DOCTOR_NEGATIVE_INTERVAL, {"value": value})
+    except psycopg.Error as exc:
+        return f"is not an interval ({exc.sqlstate})"
+    return "is negative" if negative else None
+
+
+def _reset_fix(name: str, where: str) -> str:
+    if where == "this session":
+        return f"fix it where it is set (postgresql.conf, PGOPTIONS, the connection): {name}"
+    return f"{where} SET {name} = '…' (or {where} RESET {name})"
+
+
+def check_settings(conn: psycopg.Connection[Any]) -> Iterator[Finding]:
+    for name, default in WINDOW_SETTINGS.items():
+        sources = _setting_sources(conn, name)
+        bad = False
+        for where, value in sources:
+            problem = _interval_problem(conn, value) if value else None
+            if problem:
+                bad = True
+                yield Finding(
+                    check="settings",
+                    status=Status.PROBLEM,
+                    detail=(
+                        f"{name} = {value!r} ({where}) {problem}: "
+                        "every enqueue under it fails or misjudges its window"
+                    ),
+                    fix=_reset_fix(name, where),
+                )
+        if not bad:
+            shown = ", ".join(f"{v!r} ({w})" for w, v in sources) or f"default {default}"
+            yield Finding(check="settings", status=Status.OK, detail=f"{name}: {shown}")
+    sources = _setting_sources(conn, NOTIFY_SETTING)
+    bad = False
+    for where, value in sources:
+        if value not in ("on", "off", ""):
+            bad = True
+            yield Finding(
+                check="settings",
+                status=Status.PROBLEM,
+                detail=(
+                    f"{NOTIFY_SETTING} = {value!r} ({where}): only 'off' turns NOTIFY off, "
+                    "so this means on"
+                ),
+                fix=f"set it to 'off' or 'on': {_reset_fix(NOTIFY_SETTING, where)}",
+            )
+    if not bad:
+        shown = ", ".join(f"{v!r} ({w})" for w, v in sources) or "default on"
+        yield Finding(
+            check="settings",
+            status=Status.OK,
+            detail=f"{NOTIFY_SETTING}: {shown}",
+        )
+
+
+# --- probes ----------------------------------------------------------------------------
+
+
+def check_probes(conn: psycopg.Connection[Any]) -> Iterator[Finding]:
+    present = one(conn, q.DOCTOR_ENTRY_TRIGGERED)
+    if present:
+        yield Finding(check="probes", status=Status.OK, detail="office.runs.entry_triggered")
+    else:
+        yield Finding(
+            check="probes",
+            status=Status.PROBLEM,
+            detail=(
+                "office.runs.entry_triggered is missing: clients fall back and cannot "
+                "keep entry-triggered runs from coalescing"
+            ),
+            fix="officectl migrate (the column arrives with office 0.2.0)",
+        )
+
+
+# --- workspaces -------------------------------------------------------------------------
+
+#: How many cross-workspace rows a finding names (the count is always exact).
+WORKSPACE_SAMPLE = 10
+
+
+def check_workspaces(conn: psycopg.Connection[Any]) -> Iterator[Finding]:
+    found = False
+    for what, query in q.DOCTOR_ACROSS_WORKSPACES.items():
+        try:
+            sample_rows = rows(conn, query, {"limit": WORKSPACE_SAMPLE})
+        except psycopg.errors.InsufficientPrivilege:
+            # The office roles reach tables through functions only; this
+            # check reads them directly, as the owner or a superuser can.
+            yield Finding(
+                check="workspaces",
+                status=Status.WARNING,
+                detail="this role cannot read the office tables: cross-workspace rows not checked",
+                fix="run officectl doctor as the owner of schema office or a superuser",
+            )
+            return
+        if not sample_rows:
+            continue
+        found = True
+        sample = "; ".join(
+            f"{r['id']} ({r['space']}) -> {r['other']} ({r['other_space']})" for r in sample_rows
+        )
+        yield Finding(
+            check="workspaces",
+            status=Status.WARNING,
+            detail=(
+                f"{sample_rows[0]['total']} {what} reference(s) across workspaces,"
+                f" written before 0.4.0: {sample}"
+            ),
+            fix=(
+                "reassign, re-parent or unblock them within one workspace (a write that keeps"
+                " them is refused with OFW01); sharding by workspace needs none left"
+            ),
+        )
+    if not found:
+        yield Finding(
+            check="workspaces",
+            status=Status.OK,
+            detail="no task or routine references another workspace",
+        )
+
+
+# --- poison ----------------------------------------------------------------------------
+
+#: How many set-aside rows are listed one by one (the rest are counted).
+POISON_LISTED = 50
+
+#: What the row id of each loop's set-aside rows is, and where to look at it.
+POISON_ROWS = {
+    "subscriber": "event {id} (SELECT * FROM office.events WHERE id = {id})",
+    "wakeups": "wakeup request {id!r} (office.wakeup_requests)",
+    "cron": "routine trigger {id!r} (office.routine_triggers)",
+    "sweep": "parent task {id!r} (office.tasks)",
+    "recovery": "run {id!r} (office.runs)",
+    "prune": "row {id!r}",
+}
+
+
+def check_poison(conn: psycopg.Connection[Any]) -> Iterator[Finding]:
+    if one(conn, q.DOCTOR_POISON_TABLE) is None:
+        return  # before 0.4.0 (the version check says so)
+    if not one(conn, q.DOCTOR_POISON_READABLE):
+        yield Finding(
+            check="poison",
+            status=Status.WARNING,
+            detail="cannot read office.poison (the rows the daemon set aside) as this role",
+            fix="run officectl doctor as a member of office_reader or office_admin",
+        )
+        return
+    poison = rows(conn, q.DOCTOR_POISON, {"limit": POISON_LISTED})
+    if not poison:
+        yield Finding(
+            check="poison",
+            status=Status.OK,
+            detail="no row set aside by the daemon's loops (office.poison is empty)",
+        )
+        return
+    for row in poison:
+        loop, row_id, reason = row["loop"], row["row_id"], row["reason"]
+        sqlstate, set_aside_at = row["sqlstate"], row["set_aside_at"]
+        what = POISON_ROWS[loop].format(id=row_id)
+        yield Finding(
+            check="poison",
+            status=Status.WARNING,
+            detail=(
+                f"the {loop} loop set aside {what} at {set_aside_at:%Y-%m-%d %H:%M:%S%z}: "
+                f"{reason}" + (f" (SQLSTATE {sqlstate})" if sqlstate else "")
+            ),
+            fix=(
+                f"repair or delete the row, then SELECT office.release_poison('{loop}', "
+                f"{_literal(row_id)}) to have the loop process it again"
+                " (docs/operations.md, Poison)"
+            ),
+        )
+    total = int(poison[0]["total"])
+    if total > len(poison):
+        yield Finding(
+            check="poison",
+            status=Status.WARNING,
+            detail=f"{total - len(poison)} more rows set aside (SELECT * FROM office.poison)",
+        )
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
