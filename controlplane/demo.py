@@ -71,6 +71,7 @@ from controlplane.daemon import Daemon, DaemonConfig
 from controlplane.daemon.cron import CronLoop
 from controlplane.daemon.loop import DatabaseHealth, fetch
 from controlplane.daemon.metrics import daemon_metrics_for
+from controlplane.event_subscriber import EventSubscriber
 from controlplane.models import Run
 from controlplane.routines import (
     DispatchRoutineResult,
@@ -78,7 +79,6 @@ from controlplane.routines import (
     TickPlan,
     WakeupOutcome,
 )
-from controlplane.subscriber import EventSubscriber
 from controlplane.tasks import Event
 from controlplane.worker import Retry, Worker
 

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from controlplane import keys
 from controlplane.client import Office
-from controlplane.subscriber import EventSubscriber, HandledEvent, HandlerAction
+from controlplane.event_subscriber import EventSubscriber, HandledEvent, HandlerAction
 from controlplane.tasks import Event
 from tests import harness
 from tests.test_blockers import block

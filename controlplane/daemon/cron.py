@@ -35,6 +35,7 @@ from prometheus_client import CollectorRegistry
 
 from controlplane.daemon.loop import Loop, fetch, is_connection_error
 from controlplane.errors import RoutineNotFound
+from controlplane.event_subscriber import poison_reason
 from controlplane.observability import Reporter
 from controlplane.routines import (
     DispatchRoutineResult,
@@ -46,7 +47,6 @@ from controlplane.routines import (
     report_dispatch,
     routine_run_counter,
 )
-from controlplane.subscriber import poison_reason
 
 __all__ = ["DUE_ROUTINE_TRIGGERS", "FIRE_ROUTINE_TICK", "CronLoop", "TickOutcome"]
 
