@@ -91,13 +91,6 @@ WINDOW_SETTINGS = {
 NOTIFY_SETTING = "office.notify"
 
 
-def _version_key(version: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(part) for part in version.split("."))
-    except ValueError:
-        return ()
-
-
 def _one(conn: psycopg.Connection[Any], query: str, params: Any = None) -> Any:
     row = conn.execute(query, params).fetchone()
     return None if row is None else row[0]
@@ -115,7 +108,7 @@ def check_version(conn: psycopg.Connection[Any]) -> Iterator[Finding]:
             status=Status.OK,
             detail=f"schema {installed} = package {package}",
         )
-    elif _version_key(installed) < _version_key(package):
+    elif schema.version_key(installed) < schema.version_key(package):
         yield Finding(
             check="version",
             status=Status.PROBLEM,
@@ -149,7 +142,7 @@ def check_version(conn: psycopg.Connection[Any]) -> Iterator[Finding]:
             detail=f"extension version {extversion} but office.schema_version() {installed}",
             fix="ALTER EXTENSION office UPDATE; if that does nothing, reinstall office",
         )
-    if available is not None and _version_key(available) < _version_key(package):
+    if available is not None and schema.version_key(available) < schema.version_key(package):
         yield Finding(
             check="version",
             status=Status.WARNING,
