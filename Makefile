@@ -11,12 +11,14 @@ PG_CONFIG   ?= /usr/lib/postgresql/15/bin/pg_config
 # tested pg_cron example of docs/operations.md; PL/Proxy for the scale-out tests.
 DEB_PACKAGES := postgresql-15 postgresql-client-15 postgresql-15-cron postgresql-15-plproxy
 
-.PHONY: help deps venv install demo test test-fast lint typecheck bench clean
+.PHONY: help deps venv install demo test test-fast verify generate lint typecheck bench clean
 
 help:
 	@echo "make demo   run the product on the embedded PostgreSQL"
 	@echo "make test   everything CI runs: both PostgreSQL versions, ruff, mypy"
 	@echo "make install  install the extension into PG_CONFIG's PostgreSQL (PGXS)"
+	@echo "make verify   fail, with a diff, when a committed generated file is stale"
+	@echo "make generate rewrite the committed generated files (docs/reference.md, the proxy script)"
 	@echo "make bench  benchmarks (durable cluster), results in docs/benchmarks.md"
 
 # apt-get only when something is missing, so a warm machine does not touch the
@@ -47,12 +49,21 @@ demo: venv
 test: deps venv
 	bash tests/run_suite.sh
 
+# The committed generated files (tools/generated.py lists them) against their
+# generators, on the server of OFFICE_DSN (else the embedded database).
+# `make test` runs this on its PostgreSQL 15 before the suites.
+verify: venv
+	$(BIN)/python -m tools.generated verify
+
+generate: venv
+	$(BIN)/python -m tools.generated write
+
 lint: venv
-	$(BIN)/ruff check controlplane tests bench migrations
-	$(BIN)/ruff format --check controlplane tests bench migrations
+	$(BIN)/ruff check controlplane tests bench migrations tools
+	$(BIN)/ruff format --check controlplane tests bench migrations tools
 
 typecheck: venv
-	$(BIN)/mypy --strict controlplane
+	$(BIN)/mypy --strict controlplane tools
 
 bench: deps venv
 	bash bench/run.sh

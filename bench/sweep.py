@@ -180,41 +180,50 @@ def measure(conn: psycopg.Connection[Any], tasks: int) -> dict[str, Any]:
     return result
 
 
-EXPLAINS: list[tuple[str, str]] = [
+# The statements the plans are of, read from the installed functions (not
+# copied here, where they would drift): (title, function, the statement's
+# first words, {parameter reference: the value to explain it with}).
+EXPLAINS: list[tuple[str, str, str, dict[str, str]]] = [
     (
         "list_stuck_parents: the marked parents, one index probe each",
-        """
-        SELECT s.parent_task_id, s.child_set_key, s.newest_child_updated_at
-          FROM (SELECT DISTINCT m.parent_task_id AS id FROM office.parent_wake_marks m) AS marked
-         CROSS JOIN LATERAL (SELECT st.* FROM office._parent_wake_stuck st
-                              WHERE st.parent_task_id = marked.id OFFSET 0) AS s
-         ORDER BY s.parent_task_id COLLATE "C"
-         LIMIT 100
-        """,
+        "office.list_stuck_parents(int, text)",
+        "SELECT s.parent_task_id",
+        {"list_stuck_parents.max_rows": "100"},
     ),
     (
         "sweep_stuck_parents: forgetting the marked parents that are not stuck",
-        """
-        WITH marked AS (
-            SELECT DISTINCT m.parent_task_id AS id FROM office.parent_wake_marks m
-        ), settled AS (
-            SELECT marked.id FROM marked
-             WHERE NOT EXISTS (SELECT FROM office._parent_wake_stuck st
-                                WHERE st.parent_task_id = marked.id OFFSET 0)
-        )
-        SELECT m.id FROM office.parent_wake_marks m JOIN settled ON settled.id = m.parent_task_id
-        """,
-    ),
-    (
-        "without the marks (office._scan_stuck_parents): every open parent is read",
-        """
-        SELECT v.parent_task_id, v.child_set_key, v.newest_child_updated_at
-          FROM office._parent_wake_stuck v
-         ORDER BY v.parent_task_id COLLATE "C"
-         LIMIT 100
-        """,
+        "office.sweep_stuck_parents(int)",
+        "WITH marked AS (",
+        {},
     ),
 ]
+#: For contrast, what the sweep would read without the marks.
+SCAN_EXPLAIN = (
+    "without the marks (office._scan_stuck_parents): every open parent is read",
+    """
+    SELECT v.parent_task_id, v.child_set_key, v.newest_child_updated_at
+      FROM office._parent_wake_stuck v
+     ORDER BY v.parent_task_id COLLATE "C"
+     LIMIT 100
+    """,
+)
+
+
+def function_statement(
+    conn: psycopg.Connection[Any], function: str, starts: str, values: dict[str, str]
+) -> str:
+    """The statement of ``function``'s body that begins with ``starts``, up to
+    its semicolon, with its parameter references replaced by ``values``."""
+    row = conn.execute(
+        "SELECT prosrc FROM pg_proc WHERE oid = %s::regprocedure", (function,)
+    ).fetchone()
+    assert row is not None, function
+    source = str(row[0])
+    begin = source.index(starts)
+    statement = source[begin : source.index(";", begin)]
+    for reference, value in values.items():
+        statement = statement.replace(reference, value)
+    return statement
 
 
 def explain(conn: psycopg.Connection[Any], tasks: int) -> str:
@@ -224,11 +233,17 @@ def explain(conn: psycopg.Connection[Any], tasks: int) -> str:
         f"parents and a backlog of {BACKLOG} delivered ones), `EXPLAIN (ANALYZE, BUFFERS,"
         " COSTS OFF)` with the functions' `enable_seqscan = off`, timing lines removed.",
     ]
+    statements = [
+        (title, function_statement(conn, function, starts, values))
+        for title, function, starts, values in EXPLAINS
+    ]
     conn.execute("SET enable_seqscan = off")
-    for title, sql in EXPLAINS:
-        rows = conn.execute(
-            f"EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF, SUMMARY OFF) {sql}"
-        ).fetchall()
+    for title, sql in [*statements, SCAN_EXPLAIN]:
+        # The sweep's statement deletes marks: explain it and roll back.
+        with conn.transaction(force_rollback=True):
+            rows = conn.execute(
+                f"EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF, SUMMARY OFF) {sql}"
+            ).fetchall()
         plan = "\n".join(r[0] for r in rows)
         parts += ["", f"### {title}", "", "```", plan, "```"]
     conn.execute("RESET enable_seqscan")

@@ -24,18 +24,14 @@ from controlplane import (
     cli_ui,
     cli_worker,
 )
-from controlplane.cli_base import Context, one_line_errors
+from controlplane.cli_base import Context, dsn_option, one_line_errors
 from controlplane.cli_db import db, migrate
 
 __all__ = ["Context", "main", "one_line_errors"]
 
 
 @click.group()
-@click.option(
-    "--dsn",
-    envvar="OFFICE_DSN",
-    help="postgresql:// URL of the database (default: the embedded database).",
-)
+@dsn_option(on_group=True)
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
 @click.pass_context
 def main(ctx: click.Context, dsn: str | None, debug: bool) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -53,6 +54,69 @@ class Context:
             f"(data: {status.data_dir})[/dim]"
         )
         return status.url
+
+
+# --- --dsn, defined once --------------------------------------------------------
+
+_URL_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+#: URL schemes libpq takes as they are, and the one yoyo users write for
+#: psycopg 3 (``postgresql+psycopg://``, as in ``yoyo.ini``), which names the
+#: same database. Any other ``+driver`` scheme (``postgres+psycopg``, which
+#: neither yoyo nor SQLAlchemy knows, ``postgresql+psycopg2``, ...) is refused
+#: rather than guessed at.
+_LIBPQ_SCHEMES = ("postgresql", "postgres")
+_PSYCOPG_SCHEME = "postgresql+psycopg"
+
+
+def libpq_dsn(dsn: str) -> str:
+    """``dsn`` as libpq takes it: a ``postgresql+psycopg://`` URL becomes the
+    same ``postgresql://`` URL; other URLs and key=value DSNs are unchanged.
+    Raises ``ValueError`` for a URL of another scheme."""
+    match = _URL_SCHEME.match(dsn)
+    if match is None or match[1] in _LIBPQ_SCHEMES:
+        return dsn
+    if match[1] == _PSYCOPG_SCHEME:
+        return "postgresql://" + dsn[match.end() :]
+    raise ValueError(
+        f"{match[1]}:// is not a database URL officectl takes "
+        "(postgresql://, postgres:// or postgresql+psycopg://, or a key=value DSN)"
+    )
+
+
+def _dsn_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if not value:
+        return None
+    try:
+        dsn = libpq_dsn(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+    # Given after a command's name (``officectl run --dsn ...``) it replaces
+    # the group's; on the group there is no Context yet and main() makes one.
+    context = ctx.find_object(Context)
+    if context is not None:
+        context.dsn = dsn
+    return dsn
+
+
+def dsn_option(*, on_group: bool = False) -> Callable[[F], F]:
+    """The ``--dsn`` option: on the group (also read from ``OFFICE_DSN``), and
+    on the commands that have taken it after their name since 0.1.0 (``run``,
+    ``demo``), where it overrides the group's and reaches the command through
+    its :class:`Context`."""
+    if on_group:
+        return click.option(
+            "--dsn",
+            envvar="OFFICE_DSN",
+            callback=_dsn_callback,
+            help="postgresql:// URL or key=value DSN of the database "
+            "(default: the embedded database).",
+        )
+    return click.option(
+        "--dsn",
+        callback=_dsn_callback,
+        expose_value=False,
+        help="The database, as the group's --dsn (which it overrides).",
+    )
 
 
 def one_line_errors(func: F) -> F:

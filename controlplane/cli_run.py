@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from controlplane.cli_base import Context, one_line_errors, require_function
+from controlplane.cli_base import Context, dsn_option, one_line_errors, require_function
 from controlplane.daemon import LOOP_NAMES, Daemon, DaemonConfig, configure_logging, parse_duration
 
 __all__ = ["demo", "run"]
@@ -33,12 +33,8 @@ class Duration(click.ParamType[float]):
 DURATION = Duration()
 
 
-def _url(obj: Context, dsn: str | None) -> str:
-    return dsn if dsn else obj.database_url()
-
-
 @click.command()
-@click.option("--dsn", help="postgresql:// URL (overrides the group's --dsn / OFFICE_DSN).")
+@dsn_option()
 @click.option(
     "--metrics-port",
     type=int,
@@ -119,7 +115,6 @@ def _url(obj: Context, dsn: str | None) -> str:
 @one_line_errors
 def run(
     obj: Context,
-    dsn: str | None,
     metrics_port: int | None,
     metrics_host: str,
     log_format: str,
@@ -146,7 +141,7 @@ def run(
     cron, the stuck-parent sweep, stale-claim recovery and pruning, until
     SIGTERM or SIGINT. Any number may run against one database."""
     configure_logging(log_format, "DEBUG" if obj.debug else log_level.upper())
-    url = _url(obj, dsn)
+    url = obj.database_url()
     settings: dict[str, Any] = {}
     if consumer:
         settings["consumer"] = consumer
@@ -183,7 +178,7 @@ def run(
 
 
 @click.command()
-@click.option("--dsn", help="postgresql:// URL (overrides the group's --dsn / OFFICE_DSN).")
+@dsn_option()
 @click.option(
     "--seconds",
     type=float,
@@ -195,12 +190,12 @@ def run(
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable report.")
 @click.pass_obj
 @one_line_errors
-def demo(obj: Context, dsn: str | None, seconds: float, seed: int | None, as_json: bool) -> None:
+def demo(obj: Context, seconds: float, seed: int | None, as_json: bool) -> None:
     """Race producers, workers and the control plane against one database
     for a few seconds, then show what was suppressed and check the
     invariants (exit status 1 if one fails)."""
     from controlplane.demo import run_demo
 
-    url = _url(obj, dsn)
+    url = obj.database_url()
     report = run_demo(url, seconds=seconds, seed=seed, as_json=as_json, debug=obj.debug)
     sys.exit(0 if report.ok else 1)

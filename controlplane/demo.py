@@ -74,8 +74,8 @@ from controlplane.daemon import Daemon, DaemonConfig
 from controlplane.daemon.cron import CronLoop
 from controlplane.daemon.loop import DatabaseHealth
 from controlplane.daemon.metrics import daemon_metrics_for
+from controlplane.event_subscriber import EventSubscriber
 from controlplane.models import DispatchRoutineResult, Event, RoutineTrigger, Run, WakeupOutcome
-from controlplane.subscriber import EventSubscriber
 from controlplane.worker import Retry, Worker
 
 __all__ = ["DemoReport", "Invariant", "run_demo"]
@@ -465,7 +465,7 @@ class Demo:
         comment_id = f"{self.w.prefix}-comment-{number}"
         task_id = rng.choice([*self.w.hot, *self.w.blocked])
         agent = rng.choice([*self.w.agents, self.w.busy])
-        key = f"task_comment:{comment_id}:{agent}"
+        key = keys.comment_key(comment_id, agent)
         for _ in range(2):  # the webhook delivers it twice
             result = office.enqueue_run(
                 agent, "task_comment", {"comment_id": comment_id}, key, task_id
@@ -719,7 +719,7 @@ class Demo:
     def kill_a_worker(self, office: Office) -> tuple[Worker, threading.Thread, CollectorRegistry]:
         """A worker claims a run and freezes: its handler hangs and, with a
         heartbeat interval of an hour, it renews nothing."""
-        key = f"task_comment:{self.w.prefix}-last-words:{self.w.doomed}"
+        key = keys.comment_key(f"{self.w.prefix}-last-words", self.w.doomed)
         office.enqueue_run(self.w.doomed, "task_comment", {"last": True}, key)
         self.ledger.occurred(
             Occurrence("comment", key, "runs", self.w.doomed, "task_comment", None, "queued")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from typing import overload
 
 from controlplane.errors import InvalidArgument
 
@@ -25,6 +26,7 @@ __all__ = [
     "assignment_key",
     "blocker_digest",
     "blockers_resolved_key",
+    "comment_key",
     "routine_fingerprint",
     "routine_key",
     "second_precision_text",
@@ -105,6 +107,22 @@ def assignment_key(
             f"office.assignment_key: generation is out of range for bigint (got {generation})"
         )
     return f"task_assigned:{task_id}:{agent_profile_id}:{generation}"
+
+
+# Typed for both uses: ids in hand give a key (what a producer passes to
+# enqueue_run), a None gives None like every builder.
+@overload
+def comment_key(comment_id: str, agent_profile_id: str) -> str: ...
+@overload
+def comment_key(comment_id: str | None, agent_profile_id: str | None) -> str | None: ...
+def comment_key(comment_id: str | None, agent_profile_id: str | None) -> str | None:
+    """``task_comment:<comment_id>:<agent_profile_id>``: the key of a comment's
+    wake of an agent; a run with such a key never coalesces (API.md §3)."""
+    if comment_id is None or agent_profile_id is None:
+        return None
+    _id("comment_key", "comment_id", comment_id)
+    _id("comment_key", "agent_profile_id", agent_profile_id)
+    return f"task_comment:{comment_id}:{agent_profile_id}"
 
 
 def blocker_digest(blocker_ids: Sequence[str | None] | None) -> str | None:

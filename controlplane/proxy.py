@@ -74,6 +74,7 @@ ROUTES: dict[str, Route] = {
     "assignment_key": "local",
     "blocker_digest": "local",
     "blockers_resolved_key": "local",
+    "comment_key": "local",
     "routine_fingerprint": "local",
     "routine_key": "local",
     "second_precision_text": "local",

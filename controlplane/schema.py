@@ -70,7 +70,7 @@ def upgrade_steps() -> list[tuple[str, str]]:
     for path in (sql_dir() / "upgrades").glob(f"{EXTENSION}--*--*.sql"):
         _, source, target = path.stem.split("--")
         steps.append((source, target))
-    return sorted(steps, key=lambda step: _version_key(step[0]))
+    return sorted(steps, key=lambda step: version_key(step[0]))
 
 
 def upgrade_script(source: str, target: str) -> str:
@@ -124,5 +124,11 @@ def install_extension_files(extension_dir: Path) -> list[Path]:
     return written
 
 
-def _version_key(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split("."))
+def version_key(version: str) -> tuple[int, ...]:
+    """``"0.10.0"`` as ``(0, 10, 0)``, for comparing versions; a text that is
+    not dotted integers (a database's schema_version() gone wrong) is ``()``,
+    before every version."""
+    try:
+        return tuple(int(part) for part in version.split("."))
+    except ValueError:
+        return ()

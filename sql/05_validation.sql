@@ -3,8 +3,26 @@
 -- An id of a workspace, agent, task or routine is 1-200 characters with no
 -- ',', no ':' and no control character: those are the separators inside keys,
 -- and an id containing one would let two different occurrences share a key
--- (API.md, Conventions). Functions that create an entity check its id here
--- (22023); a lookup by such an id simply finds nothing.
+-- (API.md, Conventions). The tables check it (office._is_id, the one place
+-- the rule is written); functions that create an entity check it first with
+-- office._check_id, which says which rule the id breaks (22023); a lookup by
+-- such an id simply finds nothing.
+
+-- PL/pgSQL, not SQL: a SQL function with a SET clause is planned again at
+-- every call, and this one runs for every row written.
+CREATE FUNCTION office._is_id(value text) RETURNS boolean
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN length(value) BETWEEN 1 AND 200 AND value !~ '[,:\u0001-\u001f\u007f-\u009f]';
+END
+$$;
+COMMENT ON FUNCTION office._is_id(text) IS
+    'Internal: whether value is a valid id (1-200 characters, no comma, colon or control character); NULL for NULL. The CHECK of every id column.';
+REVOKE EXECUTE ON FUNCTION office._is_id(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._is_id(text)
+    TO office_producer, office_worker, office_reader, office_admin;
 
 CREATE FUNCTION office._check_id(kind text, value text) RETURNS text
     LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
@@ -20,7 +38,7 @@ BEGIN
             MESSAGE = format('%s id %s is longer than 200 characters (%s)',
                              kind, quote_literal(left(value, 40) || '...'), length(value));
     END IF;
-    IF value ~ '[,:\u0001-\u001f\u007f-\u009f]' THEN
+    IF NOT office._is_id(value) THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
             MESSAGE = format('%s id %s contains a '','', a '':'' or a control character',
                              kind, quote_literal(value));

@@ -50,6 +50,35 @@ REVOKE EXECUTE ON FUNCTION office.assignment_key(text, text, bigint) FROM PUBLIC
 GRANT EXECUTE ON FUNCTION office.assignment_key(text, text, bigint)
     TO office_producer, office_worker, office_reader, office_admin;
 
+-- task_comment:<comment>:<agent>  (API.md §3): the key of a comment's wake of
+-- an agent. Its prefix is what enqueue_run tests to keep such a run out of
+-- coalescing (office._run_bucket_lock, the coalesce lookups), so it is built
+-- here rather than written by hand.
+CREATE FUNCTION office.comment_key(comment_id text, agent_profile_id text)
+    RETURNS text
+    LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF comment_id = '' THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('office.comment_key: comment_id must not be empty (got %L)', comment_id);
+    END IF;
+    IF agent_profile_id = '' THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('office.comment_key: agent_profile_id must not be empty (got %L)',
+                             agent_profile_id);
+    END IF;
+    RETURN 'task_comment:' || comment_id || ':' || agent_profile_id;
+END
+$fn$;
+COMMENT ON FUNCTION office.comment_key(text, text) IS
+    'Run key of a comment''s wake of an agent: task_comment:<comment_id>:<agent_profile_id>; a run with '
+    'such a key never coalesces (API.md §3). NULL in, NULL out; an empty id is 22023.';
+REVOKE EXECUTE ON FUNCTION office.comment_key(text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.comment_key(text, text)
+    TO office_producer, office_worker, office_reader, office_admin;
+
 -- sha256hex(join(sort_bytewise(ids), ','))  (DOMAIN.md §2.13, §3.2)
 CREATE FUNCTION office.blocker_digest(blocker_ids text[])
     RETURNS text

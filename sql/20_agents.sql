@@ -5,10 +5,9 @@
 
 CREATE TABLE office.agent_profiles (
     id           text PRIMARY KEY
-                 CHECK (length(id) BETWEEN 1 AND 200 AND id !~ '[,:\u0001-\u001f\u007f-\u009f]'),
+                 CHECK (office._is_id(id)),
     workspace_id text NOT NULL
-                 CHECK (length(workspace_id) BETWEEN 1 AND 200
-                        AND workspace_id !~ '[,:\u0001-\u001f\u007f-\u009f]'),
+                 CHECK (office._is_id(workspace_id)),
     name         text NOT NULL DEFAULT '',
     status       text NOT NULL DEFAULT 'idle'
                  CHECK (status IN ('idle', 'running', 'paused', 'stopped', 'pending_approval')),
@@ -21,6 +20,20 @@ COMMENT ON TABLE office.agent_profiles IS
     'Agents that runs wake; status paused, stopped or pending_approval refuses new runs (OFA02).';
 
 CREATE INDEX idx_agent_profiles_workspace ON office.agent_profiles (workspace_id);
+
+-- The statuses of an agent that does not accept runs, written once. Callers
+-- test status = ANY (...) or <> ALL (...): the function is IMMUTABLE with no
+-- argument, so the planner folds the call into the constant array, and the
+-- plan is the one an IN list written in place would get.
+CREATE FUNCTION office._statuses_refusing_runs() RETURNS text[]
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    RETURN ARRAY['paused', 'stopped', 'pending_approval'];
+COMMENT ON FUNCTION office._statuses_refusing_runs() IS
+    'Internal: the agent statuses that refuse new runs (paused, stopped, pending_approval; OFA02).';
+REVOKE EXECUTE ON FUNCTION office._statuses_refusing_runs() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._statuses_refusing_runs()
+    TO office_producer, office_worker, office_reader, office_admin;
 
 -- Internal: 22023 unless status is one of the agent statuses.
 CREATE FUNCTION office._check_agent_status(status text) RETURNS text

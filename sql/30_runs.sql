@@ -95,6 +95,10 @@ CREATE UNIQUE INDEX idx_run_one_claimed_per_agent ON office.runs (agent_profile_
 -- prune_runs.
 CREATE INDEX idx_run_finished ON office.runs (finished_at)
     WHERE status IN ('finished', 'failed', 'cancelled');
+-- Runs of one task and reason: the runs evidence of a stuck-parent candidate
+-- (DOMAIN.md §2.20 rule 8, 60_parent_wake.sql). Only runs that name a task are
+-- indexed.
+CREATE INDEX idx_run_task_reason ON office.runs (task_id, reason) WHERE task_id IS NOT NULL;
 
 -- Keys absorbed by a coalesce, recorded as served by the run they coalesced
 -- into (since 0.4.0): a redelivery of such a request is a dedup onto that

@@ -10,9 +10,9 @@
 --     commit distinct generations. An INSERT starts at 1 when both assignee
 --     and step are set, else 0. The generation is never written by hand.
 --   * a change of state into COMPLETED, FAILED or CANCELLED runs, in this
---     order: (1) office.sync_routine_run_status(task, terminal) when that
---     function exists (the routines capability plugs in without touching this
---     trigger); (2) the blockers-resolved wake of each dependent whose
+--     order: (1) office.sync_routine_run_status(task, terminal) of
+--     55_routines.sql, which closes the routine run linked to the task;
+--     (2) the blockers-resolved wake of each dependent whose
 --     blockers are now all terminal; (3) the children-completed wake of the
 --     parent when all its children are COMPLETED or CANCELLED.
 --   * a blocker edge that would close a cycle is refused (22023).
@@ -47,10 +47,9 @@ COMMENT ON TYPE office.assign_result IS
 
 CREATE TABLE office.tasks (
     id                        text PRIMARY KEY
-                              CHECK (length(id) BETWEEN 1 AND 200 AND id !~ '[,:\u0001-\u001f\u007f-\u009f]'),
+                              CHECK (office._is_id(id)),
     workspace_id              text NOT NULL
-                              CHECK (length(workspace_id) BETWEEN 1 AND 200
-                                     AND workspace_id !~ '[,:\u0001-\u001f\u007f-\u009f]'),
+                              CHECK (office._is_id(workspace_id)),
     parent_id                 text REFERENCES office.tasks (id) ON DELETE SET NULL
                               CHECK (parent_id <> id),
     workflow_step_id          text,
@@ -76,6 +75,12 @@ COMMENT ON COLUMN office.tasks.assignment_generation IS
 
 CREATE INDEX idx_tasks_parent_id ON office.tasks (parent_id);
 CREATE INDEX idx_tasks_workspace ON office.tasks (workspace_id);
+-- The parents of an agent, when it starts accepting runs again (the sweep's
+-- marks, 60_parent_wake.sql). The assignee changes rarely, so this index keeps
+-- state changes HOT (an index on, or predicated on, state or updated_at would
+-- make every task write update every index of office.tasks).
+CREATE INDEX idx_tasks_assignee ON office.tasks (assignee_agent_profile_id)
+    WHERE assignee_agent_profile_id IS NOT NULL;
 
 CREATE TABLE office.task_blockers (
     task_id         text NOT NULL REFERENCES office.tasks (id) ON DELETE CASCADE,
@@ -92,30 +97,29 @@ COMMENT ON TABLE office.task_blockers IS
 -- The tasks a task blocks (terminal effects, cycle search).
 CREATE INDEX idx_task_blockers_blocker ON office.task_blockers (blocker_task_id);
 
--- Internal: a transaction-scoped advisory lock on a named resource. Under
--- READ COMMITTED the statements after it read what the previous holder
--- committed; a stricter transaction that had to wait cannot (its snapshot is
--- older), so it gets 40001 and retries.
-CREATE FUNCTION office._xact_lock(name text) RETURNS void
-    LANGUAGE plpgsql VOLATILE
+-- The task states a blocker counts as done in (terminal: FAILED counts) and
+-- those a child counts as finished in for its parent's wave (FAILED does not
+-- complete a parent), written once; folded into constants like
+-- office._statuses_refusing_runs.
+CREATE FUNCTION office._task_terminal_states() RETURNS text[]
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    v_key bigint := hashtextextended(name, 0);
-BEGIN
-    IF NOT pg_try_advisory_xact_lock(v_key) THEN
-        PERFORM pg_advisory_xact_lock(v_key);
-        IF current_setting('transaction_isolation') <> 'read committed' THEN
-            RAISE EXCEPTION USING ERRCODE = '40001',
-                MESSAGE = format('concurrent change of %s: retry the transaction', name);
-        END IF;
-    END IF;
-END
-$$;
-COMMENT ON FUNCTION office._xact_lock(text) IS
-    'Internal: takes the transaction-scoped advisory lock of a named resource (40001 after a wait outside READ COMMITTED).';
-REVOKE EXECUTE ON FUNCTION office._xact_lock(text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION office._xact_lock(text) TO office_admin;
+    RETURN ARRAY['COMPLETED', 'FAILED', 'CANCELLED'];
+COMMENT ON FUNCTION office._task_terminal_states() IS
+    'Internal: the terminal task states (COMPLETED, FAILED, CANCELLED): a move into one runs the terminal effects; a blocker in one no longer blocks.';
+REVOKE EXECUTE ON FUNCTION office._task_terminal_states() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._task_terminal_states()
+    TO office_producer, office_worker, office_reader, office_admin;
+
+CREATE FUNCTION office._task_done_states() RETURNS text[]
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    RETURN ARRAY['COMPLETED', 'CANCELLED'];
+COMMENT ON FUNCTION office._task_done_states() IS
+    'Internal: the states in which a child counts as finished for its parent''s wave (COMPLETED, CANCELLED; not FAILED).';
+REVOKE EXECUTE ON FUNCTION office._task_done_states() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._task_done_states()
+    TO office_producer, office_worker, office_reader, office_admin;
 
 -- Internal: 22023 unless state is a task state.
 CREATE FUNCTION office._check_task_state(state text) RETURNS text
@@ -159,7 +163,7 @@ BEGIN
       FROM office.agent_profiles a
      WHERE a.id = _wake.agent_profile_id
        FOR SHARE;
-    IF NOT FOUND OR v_status IN ('paused', 'stopped', 'pending_approval') THEN
+    IF NOT FOUND OR v_status = ANY (office._statuses_refusing_runs()) THEN
         v_result := ('skipped', NULL, NULL);
         RETURN v_result;
     END IF;
@@ -177,12 +181,37 @@ GRANT EXECUTE ON FUNCTION office._wake(text, text, jsonb, text, text) TO office_
 
 -- --- readers ------------------------------------------------------------------
 
+-- The wave of a parent: its non-archived children, read in one place for the
+-- readers below, the sweep's candidates and reconcile_parent
+-- (60_parent_wake.sql), so that every path derives the same child set key,
+-- generation and hence wake_operation_id. PL/pgSQL, not SQL: a SQL function
+-- with a SET clause is planned again at every call (once per candidate
+-- parent in a sweep).
+CREATE FUNCTION office._child_wave(parent_task_id text)
+    RETURNS TABLE (child_set_key text, newest_child_updated_at text, live_children bigint,
+                   open_children bigint)
+    LANGUAGE plpgsql STABLE ROWS 1
+    SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN QUERY
+    SELECT coalesce(string_agg(c.id || ':' || c.state, ',' ORDER BY c.id COLLATE "C"), ''),
+           coalesce(office.second_precision_text(max(c.updated_at)), ''),
+           count(*),
+           count(*) FILTER (WHERE c.state <> ALL (office._task_done_states()))
+      FROM office.tasks c
+     WHERE c.parent_id = _child_wave.parent_task_id AND c.archived_at IS NULL;
+END
+$$;
+COMMENT ON FUNCTION office._child_wave(text) IS
+    'Internal: one row for the parent''s non-archived children: child_set_key (id:STATE ordered by id bytewise, joined with ","), newest_child_updated_at (second_precision_text of the newest updated_at, UTC), live_children and open_children (not COMPLETED/CANCELLED); '''' and 0 when there are none.';
+REVOKE EXECUTE ON FUNCTION office._child_wave(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._child_wave(text) TO office_admin;
+
 CREATE FUNCTION office.child_set_key(parent_task_id text) RETURNS text
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
-    RETURN (SELECT coalesce(string_agg(c.id || ':' || c.state, ',' ORDER BY c.id COLLATE "C"), '')
-              FROM office.tasks c
-             WHERE c.parent_id = child_set_key.parent_task_id AND c.archived_at IS NULL);
+    RETURN (SELECT w.child_set_key FROM office._child_wave(child_set_key.parent_task_id) AS w);
 COMMENT ON FUNCTION office.child_set_key(text) IS
     'id:STATE of the non-archived children of the parent, ordered by id (bytewise), joined with ","; '''' if none (DOMAIN.md §3.4).';
 REVOKE EXECUTE ON FUNCTION office.child_set_key(text) FROM PUBLIC;
@@ -191,9 +220,7 @@ GRANT EXECUTE ON FUNCTION office.child_set_key(text) TO office_reader, office_ad
 CREATE FUNCTION office.child_generation(parent_task_id text) RETURNS text
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
-    RETURN (SELECT coalesce(office.second_precision_text(max(c.updated_at)), '')
-              FROM office.tasks c
-             WHERE c.parent_id = child_generation.parent_task_id AND c.archived_at IS NULL);
+    RETURN (SELECT w.newest_child_updated_at FROM office._child_wave(child_generation.parent_task_id) AS w);
 COMMENT ON FUNCTION office.child_generation(text) IS
     'second_precision_text(max(updated_at)) over the non-archived children of the parent (UTC); '''' if none (DOMAIN.md §2.19).';
 REVOKE EXECUTE ON FUNCTION office.child_generation(text) FROM PUBLIC;
@@ -230,7 +257,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'OFT01',
             MESSAGE = format('task %s not found', coalesce(quote_literal(is_task_terminal.task_id), 'NULL'));
     END IF;
-    RETURN v_state IN ('COMPLETED', 'FAILED', 'CANCELLED');
+    RETURN v_state = ANY (office._task_terminal_states());
 END
 $$;
 COMMENT ON FUNCTION office.is_task_terminal(text) IS
@@ -349,25 +376,24 @@ DECLARE
     v_msg      text;
 BEGIN
     IF NEW.state IS NOT DISTINCT FROM OLD.state
-       OR NEW.state NOT IN ('COMPLETED', 'FAILED', 'CANCELLED') THEN
+       OR NEW.state <> ALL (office._task_terminal_states()) THEN
         RETURN NULL;
     END IF;
 
     -- (1) Close the routine run linked to the task, before anyone is woken
     -- (a dependent routine fire must not see a stale task_created gate).
-    -- Present once the routines capability is installed; a failure there is
-    -- reported, not allowed to undo the move (DOMAIN.md §2.15).
-    IF to_regprocedure('office.sync_routine_run_status(text,text)') IS NOT NULL THEN
-        v_terminal := CASE NEW.state WHEN 'COMPLETED' THEN 'done'
-                                     WHEN 'FAILED' THEN 'failed'
-                                     ELSE 'cancelled' END;
-        BEGIN
-            EXECUTE 'SELECT office.sync_routine_run_status($1, $2)' USING NEW.id, v_terminal;
-        EXCEPTION WHEN OTHERS THEN
-            GET STACKED DIAGNOSTICS v_msg = MESSAGE_TEXT;
-            RAISE WARNING 'sync routine run status of task % (%): %', NEW.id, v_terminal, v_msg;
-        END;
-    END IF;
+    -- office.sync_routine_run_status is created later, by 55_routines.sql:
+    -- PL/pgSQL resolves the call when it runs. A failure there is reported,
+    -- not allowed to undo the move (DOMAIN.md §2.15).
+    v_terminal := CASE NEW.state WHEN 'COMPLETED' THEN 'done'
+                                 WHEN 'FAILED' THEN 'failed'
+                                 ELSE 'cancelled' END;
+    BEGIN
+        PERFORM office.sync_routine_run_status(NEW.id, v_terminal);
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS v_msg = MESSAGE_TEXT;
+        RAISE WARNING 'sync routine run status of task % (%): %', NEW.id, v_terminal, v_msg;
+    END;
 
     -- (2) Wake each dependent whose blockers are now all terminal (FAILED
     -- counts). Lock, then re-read: see the header on lost wakes.
@@ -376,9 +402,9 @@ BEGIN
          WHERE b.blocker_task_id = NEW.id
          ORDER BY b.task_id COLLATE "C"
     LOOP
-        PERFORM office._xact_lock('office.tasks.blockers:' || v_blocked);
+        PERFORM office._xact_lock(office._lock_key('tasks.blockers', v_blocked));
         SELECT array_agg(b.blocker_task_id ORDER BY b.blocker_task_id COLLATE "C"),
-               bool_and(coalesce(t.state IN ('COMPLETED', 'FAILED', 'CANCELLED'), false)),
+               bool_and(coalesce(t.state = ANY (office._task_terminal_states()), false)),
                (SELECT d.assignee_agent_profile_id FROM office.tasks d WHERE d.id = v_blocked)
           INTO v_ids, v_ready, v_assignee
           FROM office.task_blockers b
@@ -396,8 +422,8 @@ BEGIN
     -- COMPLETED or CANCELLED: FAILED does not complete a parent. The edge
     -- path writes no receipt. Lock the parent, then read the whole wave in
     -- one statement.
-    IF NEW.parent_id IS NOT NULL AND NEW.state IN ('COMPLETED', 'CANCELLED') THEN
-        PERFORM office._xact_lock('office.tasks.children:' || NEW.parent_id);
+    IF NEW.parent_id IS NOT NULL AND NEW.state = ANY (office._task_done_states()) THEN
+        PERFORM office._xact_lock(office._lock_key('tasks.children', NEW.parent_id));
         SELECT p.assignee_agent_profile_id, office.child_set_key(p.id), office.child_generation(p.id)
           INTO v_assignee, v_set, v_gen
           FROM office.tasks p
@@ -406,7 +432,7 @@ BEGIN
            AND p.archived_at IS NULL
            AND p.assignee_agent_profile_id IS NOT NULL
            AND NOT EXISTS (SELECT FROM office.tasks c
-                            WHERE c.parent_id = p.id AND c.state NOT IN ('COMPLETED', 'CANCELLED'));
+                            WHERE c.parent_id = p.id AND c.state <> ALL (office._task_done_states()));
         -- Only archived children: no wave to report (the sweep skips them too).
         IF FOUND AND v_set <> '' THEN
             v_key := office.wake_operation_id(NEW.parent_id, v_set, v_gen);
@@ -420,7 +446,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION office._tasks_terminal_effects() IS
-    'Trigger: on a change of state into COMPLETED, FAILED or CANCELLED, (1) sync_routine_run_status when installed, (2) task_blockers_resolved for each dependent whose blockers are all terminal, (3) task_children_completed for an Office parent whose children are all COMPLETED/CANCELLED.';
+    'Trigger: on a change of state into COMPLETED, FAILED or CANCELLED, (1) sync_routine_run_status, (2) task_blockers_resolved for each dependent whose blockers are all terminal, (3) task_children_completed for an Office parent whose children are all COMPLETED/CANCELLED.';
 REVOKE EXECUTE ON FUNCTION office._tasks_terminal_effects() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office._tasks_terminal_effects() TO office_admin;
 
@@ -447,7 +473,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = '22023',
             MESSAGE = format('task %s cannot block itself', quote_literal(NEW.task_id));
     END IF;
-    PERFORM office._xact_lock('office.task_blockers.graph');
+    PERFORM office._xact_lock(office._lock_key('task_blockers.graph'));
     IF EXISTS (
         WITH RECURSIVE upstream(id) AS (
             SELECT b.blocker_task_id FROM office.task_blockers b WHERE b.task_id = NEW.blocker_task_id

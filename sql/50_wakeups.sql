@@ -154,7 +154,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'OFA01',
             MESSAGE = format('agent %s not found', quote_literal(v_req.agent_profile_id));
     END IF;
-    IF v_status IN ('paused', 'stopped', 'pending_approval') THEN
+    IF v_status = ANY (office._statuses_refusing_runs()) THEN
         RAISE EXCEPTION USING ERRCODE = 'OFA02',
             MESSAGE = format('agent %s is %s and does not accept runs', quote_literal(v_req.agent_profile_id),
                              v_status);
@@ -175,7 +175,7 @@ BEGIN
         v_policy := coalesce(v_policy, 'coalesce');
     END IF;
 
-    PERFORM office._xact_lock('office.wakeups.agent:' || v_req.agent_profile_id);
+    PERFORM office._xact_lock(office._lock_key('wakeups.agent', v_req.agent_profile_id));
     IF v_policy <> 'always' THEN
         LOOP
             SELECT r.id INTO v_target

@@ -36,10 +36,9 @@
 
 CREATE TABLE office.routines (
     id                        text PRIMARY KEY
-                              CHECK (length(id) BETWEEN 1 AND 200 AND id !~ '[,:\u0001-\u001f\u007f-\u009f]'),
+                              CHECK (office._is_id(id)),
     workspace_id              text NOT NULL
-                              CHECK (length(workspace_id) BETWEEN 1 AND 200
-                                     AND workspace_id !~ '[,:\u0001-\u001f\u007f-\u009f]'),
+                              CHECK (office._is_id(workspace_id)),
     name                      text NOT NULL CHECK (name <> ''),
     task_template             jsonb NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(task_template) = 'object'),
     assignee_agent_profile_id text CHECK (assignee_agent_profile_id <> ''),
@@ -69,7 +68,7 @@ CREATE INDEX idx_routines_assignee ON office.routines (assignee_agent_profile_id
 
 CREATE TABLE office.routine_triggers (
     id              text PRIMARY KEY
-                    CHECK (length(id) BETWEEN 1 AND 200 AND id !~ '[,:\u0001-\u001f\u007f-\u009f]'),
+                    CHECK (office._is_id(id)),
     routine_id      text NOT NULL REFERENCES office.routines (id) ON DELETE CASCADE,
     kind            text NOT NULL DEFAULT 'cron' CHECK (kind IN ('cron', 'webhook', 'manual')),
     cron_expression text,
@@ -857,7 +856,7 @@ BEGIN
     -- 4. Heavy: the gate, then the task.
     IF v_heavy THEN
         IF v_routine.concurrency_policy <> 'always_create' THEN
-            PERFORM office._xact_lock('office.routines.gate:' || v_routine_id || ':' || v_fp);
+            PERFORM office._xact_lock(office._lock_key('routines.gate', v_routine_id, v_fp));
             v_gated := office._routine_gate(v_routine_id, v_fp, v_routine.concurrency_policy, v_run);
             IF v_gated IS NOT NULL THEN
                 SELECT r.status, r.coalesced_into_run_id INTO v_result.status, v_result.coalesced_into_run_id

@@ -80,23 +80,16 @@ COMMENT ON TABLE office.parent_wake_marks IS
 
 CREATE INDEX idx_parent_wake_marks_parent ON office.parent_wake_marks (parent_task_id);
 
--- The runs evidence of a candidate (DOMAIN.md §2.20 rule 8): runs of one task
--- and reason. Only runs that name a task are indexed.
-CREATE INDEX idx_run_task_reason ON office.runs (task_id, reason) WHERE task_id IS NOT NULL;
+-- (The sweep also reads office.runs by idx_run_task_reason, 30_runs.sql, and
+-- office.tasks by idx_tasks_assignee, 40_tasks.sql.)
 
--- The parents of an agent, when it starts accepting runs again. The assignee
--- changes rarely, so this index keeps state changes HOT (an index on, or
--- predicated on, state or updated_at would make every task write update
--- every index of office.tasks).
-CREATE INDEX idx_tasks_assignee ON office.tasks (assignee_agent_profile_id)
-    WHERE assignee_agent_profile_id IS NOT NULL;
 
 -- --- the candidate conditions, once ------------------------------------------------
 
 -- Conditions 1-4 and 6-7 of DOMAIN.md §2.20 with the computed fields. The
--- child set key is the expression of office.child_set_key and the generation
--- that of office.child_generation, so the sweep and the edge path derive the
--- same operation id.
+-- child set key and the generation come from office._child_wave, as those of
+-- office.child_set_key and office.child_generation do, so the sweep and the
+-- edge path derive the same operation id.
 CREATE VIEW office._parent_wake_candidates AS
 SELECT p.id AS parent_task_id,
        p.assignee_agent_profile_id,
@@ -105,22 +98,15 @@ SELECT p.id AS parent_task_id,
        k.newest_child_updated_at
   FROM office.tasks p
   JOIN office.agent_profiles a ON a.id = p.assignee_agent_profile_id
- CROSS JOIN LATERAL (
-        SELECT coalesce(string_agg(c.id || ':' || c.state, ',' ORDER BY c.id COLLATE "C"), '')
-                   AS child_set_key,
-               coalesce(office.second_precision_text(max(c.updated_at)), '') AS newest_child_updated_at,
-               count(*) AS live_children,
-               count(*) FILTER (WHERE c.state NOT IN ('COMPLETED', 'CANCELLED')) AS open_children
-          FROM office.tasks c
-         WHERE c.parent_id = p.id AND c.archived_at IS NULL) AS k
+ CROSS JOIN LATERAL office._child_wave(p.id) AS k
   LEFT JOIN office.parent_child_wake_receipts r ON r.parent_task_id = p.id
  WHERE p.archived_at IS NULL
    AND NOT p.is_ephemeral
-   AND p.state NOT IN ('COMPLETED', 'CANCELLED')
+   AND p.state <> ALL (office._task_done_states())
    AND p.is_office
    AND k.live_children > 0
    AND k.open_children = 0
-   AND a.status NOT IN ('paused', 'stopped', 'pending_approval')
+   AND a.status <> ALL (office._statuses_refusing_runs())
    AND (r.child_set_key IS DISTINCT FROM k.child_set_key
         OR (coalesce(r.delivery_operation_id, '') = ''
             AND NOT EXISTS (SELECT FROM office.runs x WHERE x.id = r.delivered_run_id))
@@ -171,7 +157,7 @@ BEGIN
         INSERT INTO office.parent_wake_marks (parent_task_id) VALUES (OLD.parent_id);
     END IF;
     IF NEW.parent_id IS NOT NULL
-       AND ((NEW.archived_at IS NULL AND NEW.state IN ('COMPLETED', 'CANCELLED'))
+       AND ((NEW.archived_at IS NULL AND NEW.state = ANY (office._task_done_states()))
             OR NEW.archived_at IS DISTINCT FROM OLD.archived_at) THEN
         INSERT INTO office.parent_wake_marks (parent_task_id) VALUES (NEW.parent_id);
     END IF;
@@ -180,7 +166,7 @@ BEGIN
            IS DISTINCT FROM
        (OLD.state, OLD.archived_at, OLD.is_office, OLD.is_ephemeral, OLD.assignee_agent_profile_id)
        AND NEW.archived_at IS NULL AND NEW.is_office AND NOT NEW.is_ephemeral
-       AND NEW.state NOT IN ('COMPLETED', 'CANCELLED') AND NEW.assignee_agent_profile_id IS NOT NULL
+       AND NEW.state <> ALL (office._task_done_states()) AND NEW.assignee_agent_profile_id IS NOT NULL
        AND EXISTS (SELECT FROM office.tasks c WHERE c.parent_id = NEW.id) THEN
         INSERT INTO office.parent_wake_marks (parent_task_id) VALUES (NEW.id);
     END IF;
@@ -196,14 +182,14 @@ CREATE TRIGGER tasks_70_parent_wake_mark_insert
     AFTER INSERT ON office.tasks
     FOR EACH ROW
     WHEN (NEW.parent_id IS NOT NULL AND NEW.archived_at IS NULL
-          AND NEW.state IN ('COMPLETED', 'CANCELLED'))
+          AND NEW.state = ANY (office._task_done_states()))
     EXECUTE FUNCTION office._tasks_parent_wake_mark();
 
 CREATE TRIGGER tasks_70_parent_wake_mark_update
     AFTER UPDATE ON office.tasks
     FOR EACH ROW
     WHEN ((NEW.parent_id IS NOT NULL
-           AND ((NEW.archived_at IS NULL AND NEW.state IN ('COMPLETED', 'CANCELLED'))
+           AND ((NEW.archived_at IS NULL AND NEW.state = ANY (office._task_done_states()))
                 OR NEW.archived_at IS DISTINCT FROM OLD.archived_at))
           OR OLD.parent_id IS DISTINCT FROM NEW.parent_id
           OR ((NEW.state, NEW.archived_at, NEW.is_office, NEW.is_ephemeral,
@@ -212,7 +198,7 @@ CREATE TRIGGER tasks_70_parent_wake_mark_update
               (OLD.state, OLD.archived_at, OLD.is_office, OLD.is_ephemeral,
                OLD.assignee_agent_profile_id)
               AND NEW.archived_at IS NULL AND NEW.is_office AND NOT NEW.is_ephemeral
-              AND NEW.state NOT IN ('COMPLETED', 'CANCELLED')
+              AND NEW.state <> ALL (office._task_done_states())
               AND NEW.assignee_agent_profile_id IS NOT NULL))
     EXECUTE FUNCTION office._tasks_parent_wake_mark();
 
@@ -235,7 +221,7 @@ BEGIN
       FROM office.tasks p
      WHERE p.assignee_agent_profile_id = NEW.id
        AND p.archived_at IS NULL AND p.is_office AND NOT p.is_ephemeral
-       AND p.state NOT IN ('COMPLETED', 'CANCELLED')
+       AND p.state <> ALL (office._task_done_states())
        AND EXISTS (SELECT FROM office.tasks c WHERE c.parent_id = p.id);
     RETURN NULL;
 END
@@ -248,14 +234,14 @@ GRANT EXECUTE ON FUNCTION office._agents_parent_wake_mark() TO office_admin;
 CREATE TRIGGER agent_profiles_70_parent_wake_mark_insert
     AFTER INSERT ON office.agent_profiles
     FOR EACH ROW
-    WHEN (NEW.status NOT IN ('paused', 'stopped', 'pending_approval'))
+    WHEN (NEW.status <> ALL (office._statuses_refusing_runs()))
     EXECUTE FUNCTION office._agents_parent_wake_mark();
 
 CREATE TRIGGER agent_profiles_70_parent_wake_mark_update
     AFTER UPDATE ON office.agent_profiles
     FOR EACH ROW
-    WHEN (NEW.status NOT IN ('paused', 'stopped', 'pending_approval')
-          AND (OLD.status IN ('paused', 'stopped', 'pending_approval') OR OLD.id IS DISTINCT FROM NEW.id))
+    WHEN (NEW.status <> ALL (office._statuses_refusing_runs())
+          AND (OLD.status = ANY (office._statuses_refusing_runs()) OR OLD.id IS DISTINCT FROM NEW.id))
     EXECUTE FUNCTION office._agents_parent_wake_mark();
 
 -- Triggers on office.runs: a children-completed run that leaves flight
@@ -280,7 +266,7 @@ BEGIN
              WHERE g.reason = 'task_children_completed' AND g.task_id IS NOT NULL) AS gone
       JOIN office.tasks p ON p.id = gone.task_id
      WHERE p.archived_at IS NULL AND p.is_office AND NOT p.is_ephemeral
-       AND p.state NOT IN ('COMPLETED', 'CANCELLED');
+       AND p.state <> ALL (office._task_done_states());
     RETURN NULL;
 END
 $$;
@@ -345,7 +331,7 @@ BEGIN
     SELECT p.id
       FROM office.tasks p
      WHERE p.archived_at IS NULL AND p.is_office AND NOT p.is_ephemeral
-       AND p.state NOT IN ('COMPLETED', 'CANCELLED')
+       AND p.state <> ALL (office._task_done_states())
        AND EXISTS (SELECT FROM office.tasks c WHERE c.parent_id = p.id);
     GET DIAGNOSTICS v_count = ROW_COUNT;
     RETURN v_count;
@@ -459,7 +445,7 @@ BEGIN
     PERFORM office._require_task(v_parent);
     -- The edge path's lock: a child completing now waits for this delivery
     -- (and reads after it), and this delivery reads after such a child.
-    PERFORM office._xact_lock('office.tasks.children:' || v_parent);
+    PERFORM office._xact_lock(office._lock_key('tasks.children', v_parent));
 
     -- The assignee, re-checked; its row is share-locked so that its status
     -- stays as read until commit.
@@ -470,21 +456,17 @@ BEGIN
     IF v_assignee IS NOT NULL THEN
         SELECT a.status INTO v_status FROM office.agent_profiles a WHERE a.id = v_assignee FOR SHARE;
     END IF;
-    IF v_status IS NULL OR v_status IN ('paused', 'stopped', 'pending_approval') THEN
+    IF v_status IS NULL OR v_status = ANY (office._statuses_refusing_runs()) THEN
         v_result := (v_parent, false, NULL, 'skipped', NULL, NULL, 'assignee_unresolved');
         RETURN v_result;
     END IF;
 
     -- The child set re-read (a fresh snapshot, after the lock), with the
     -- marks this read accounts for.
-    SELECT coalesce(string_agg(c.id || ':' || c.state, ',' ORDER BY c.id COLLATE "C"), ''),
-           coalesce(office.second_precision_text(max(c.updated_at)), ''),
-           count(*),
-           count(*) FILTER (WHERE c.state NOT IN ('COMPLETED', 'CANCELLED')),
+    SELECT w.child_set_key, w.newest_child_updated_at, w.live_children, w.open_children,
            (SELECT array_agg(m.id) FROM office.parent_wake_marks m WHERE m.parent_task_id = v_parent)
       INTO v_set, v_gen, v_live, v_open, v_marks
-      FROM office.tasks c
-     WHERE c.parent_id = v_parent AND c.archived_at IS NULL;
+      FROM office._child_wave(v_parent) AS w;
     IF v_set <> reconcile_parent.child_set_key
        OR v_gen <> reconcile_parent.newest_child_updated_at
        OR v_live = 0 OR v_open > 0 THEN
@@ -570,7 +552,7 @@ BEGIN
         -- Someone holds the parent (a child completing, another sweep): skip
         -- it; its mark stays for the next sweep.
         CONTINUE WHEN NOT pg_try_advisory_xact_lock(
-            hashtextextended('office.tasks.children:' || v_candidate.parent_task_id, 0));
+            hashtextextended(office._lock_key('tasks.children', v_candidate.parent_task_id), 0));
         -- Under the lock, a fresh look: another sweep may have delivered it
         -- since the list was read.
         CONTINUE WHEN NOT EXISTS (SELECT FROM office._parent_wake_stuck st

@@ -326,7 +326,7 @@ BEGIN
           LEFT JOIN office.agent_profiles a ON a.id = w.agent_profile_id
          WHERE w.status = 'queued'
            AND w.requested_at <= now() - dispatch_queued_wakeups.min_age
-           AND (a.id IS NULL OR a.status NOT IN ('paused', 'stopped', 'pending_approval'))
+           AND (a.id IS NULL OR a.status <> ALL (office._statuses_refusing_runs()))
            AND NOT EXISTS (SELECT FROM office.poison q WHERE q.loop = 'wakeups' AND q.row_id = w.id)
          ORDER BY w.requested_at, w.id COLLATE "C"
          LIMIT dispatch_queued_wakeups.max_rows

@@ -2,7 +2,8 @@
 # The whole test run behind `make test`:
 #   1. install the extension into PostgreSQL 15 (PGXS) and start a throwaway
 #      PostgreSQL 15 cluster as the `postgres` OS user, data on /dev/shm;
-#   2. run pytest against it;
+#   2. `make verify` on it (the committed generated files are current), then
+#      run pytest against it;
 #   3. start the embedded PostgreSQL 18 (the same code `officectl` uses for its
 #      default database, with its home on /dev/shm) and run pytest again;
 #   4. ruff and mypy --strict.
@@ -69,6 +70,8 @@ run_pytest() {  # run_pytest PORT LABEL
 }
 
 if start_pg15; then
+    step "make verify" make --no-print-directory verify \
+        OFFICE_DSN="host=127.0.0.1 port=$PG15_PORT user=postgres dbname=postgres"
     step "pytest on PostgreSQL 15" run_pytest "$PG15_PORT" pg15
 else
     failures+=("start PostgreSQL 15"); cat "$PG15_DIR/log" 2>/dev/null
@@ -82,9 +85,9 @@ else
 fi
 stop_pg18
 
-step "ruff" "$BIN/ruff" check controlplane tests bench migrations
-step "ruff format" "$BIN/ruff" format --check controlplane tests bench migrations
-step "mypy --strict" "$BIN/mypy" --strict controlplane
+step "ruff" "$BIN/ruff" check controlplane tests bench migrations tools
+step "ruff format" "$BIN/ruff" format --check controlplane tests bench migrations tools
+step "mypy --strict" "$BIN/mypy" --strict controlplane tools
 
 echo
 if [ ${#failures[@]} -eq 0 ]; then

@@ -20,6 +20,7 @@ import psycopg
 import pytest
 
 from controlplane import schema
+from controlplane.cli_base import libpq_dsn
 
 OFFICECTL = str(Path(sys.executable).with_name("officectl"))
 
@@ -620,3 +621,36 @@ def test_doctor_on_a_database_without_office(empty_database: str) -> None:
     assert code == 1
     (problem,) = report["findings"]
     assert "not installed" in problem["detail"] and "officectl migrate" in problem["fix"]
+
+
+def test_a_yoyo_style_psycopg_url_names_the_same_database(
+    dsn: str, office: psycopg.Connection[Any]
+) -> None:
+    # yoyo.ini spells a psycopg 3 database postgresql+psycopg://; the group
+    # --dsn and a command's own --dsn take it as the postgresql:// URL.
+    url = psycopg.conninfo.conninfo_to_dict(dsn)
+    yoyo = "postgresql+psycopg://{user}@{host}:{port}/{dbname}".format(**url)
+    assert ok_json(yoyo, "enqueue", "a1", "ping")["outcome"] == "queued"
+    assert office.execute("SELECT count(*) FROM office.runs WHERE reason = 'ping'").fetchone() == (
+        1,
+    )
+
+
+@pytest.mark.parametrize(
+    "url", ["postgres+psycopg://postgres@127.0.0.1/db", "postgresql+psycopg2://postgres@h/db"]
+)
+def test_other_driver_schemes_are_refused_with_the_accepted_ones(url: str) -> None:
+    result = officectl(url, "stats")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert url.split("://")[0] + "://" in result.stderr
+    assert "postgresql+psycopg://" in result.stderr
+
+
+def test_libpq_dsn_keeps_what_libpq_takes() -> None:
+    assert libpq_dsn("postgresql+psycopg://u@h:5/d?sslmode=disable") == (
+        "postgresql://u@h:5/d?sslmode=disable"
+    )
+    for same in ("postgresql://u@h/d", "postgres://u@h/d", "host=h dbname=d password=a://b"):
+        assert libpq_dsn(same) == same
+    with pytest.raises(ValueError, match="postgres\\+psycopg://"):
+        libpq_dsn("postgres+psycopg://u@h/d")

@@ -148,6 +148,7 @@ RECIPES: dict[str, dict[str, str | None]] = {
     "assignment_key": {"task_id": "T", "agent_profile_id": "a1", "generation": "1"},
     "blocker_digest": {"blocker_ids": "{B}"},
     "blockers_resolved_key": {"blocked_task_id": "T", "blocker_ids": "{B}"},
+    "comment_key": {"comment_id": "c9", "agent_profile_id": "a1"},
     "wake_operation_id": {
         "parent_task_id": "P",
         "child_set_key": "C:COMPLETED",

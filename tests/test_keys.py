@@ -32,6 +32,7 @@ SIGNATURES: dict[str, list[tuple[str, str]]] = {
     "assignment_key": [("task_id", "text"), ("agent_profile_id", "text"), ("generation", "bigint")],
     "blocker_digest": [("blocker_ids", "text[]")],
     "blockers_resolved_key": [("blocked_task_id", "text"), ("blocker_ids", "text[]")],
+    "comment_key": [("comment_id", "text"), ("agent_profile_id", "text")],
     "wake_operation_id": [
         ("parent_task_id", "text"),
         ("child_set_key", "text"),

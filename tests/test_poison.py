@@ -26,7 +26,7 @@ import pytest
 
 from controlplane import doctor
 from controlplane.client import Office
-from controlplane.subscriber import EventSubscriber
+from controlplane.event_subscriber import EventSubscriber
 from tests.test_daemon import DaemonProcess, daemon, scalar, wait_for
 
 #: The loops a test does not exercise, disabled so that each test sees its own.

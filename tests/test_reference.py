@@ -12,12 +12,12 @@ from typing import Any
 import psycopg
 import pytest
 
-from controlplane import reference
 from tests import harness
+from tools import reference
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "docs" / "reference.md"
-REGENERATE = "python -m controlplane.reference > docs/reference.md"
+REGENERATE = "python -m tools.reference > docs/reference.md"
 
 
 def _assert_same(generated: str, where: str) -> None:
@@ -42,7 +42,7 @@ def test_the_reference_is_the_catalog_of_a_fresh_install() -> None:
 def test_the_extension_install_gives_the_same_reference(dsn: str) -> None:
     """Through the module's command line, on the test database (CREATE EXTENSION)."""
     result = subprocess.run(
-        [sys.executable, "-m", "controlplane.reference", "--dsn", dsn, "--installed"],
+        [sys.executable, "-m", "tools.reference", "--dsn", dsn, "--installed"],
         capture_output=True,
         text=True,
         timeout=120,

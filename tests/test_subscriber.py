@@ -1,5 +1,5 @@
 """The outbox subscriber, the second producer of task_assigned runs
-(controlplane/subscriber.py; DOMAIN.md §2.12): scenarios 22-26 and 29 of
+(controlplane/event_subscriber.py; DOMAIN.md §2.12): scenarios 22-26 and 29 of
 DOMAIN.md §5, redelivery, and failing handlers. Races with assign_task and
 between two subscribers are in test_tasks_races.py."""
 
@@ -14,13 +14,13 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from controlplane.client import Office
-from controlplane.models import DedupKind, Event, QueueOutcome
-from controlplane.subscriber import (
+from controlplane.event_subscriber import (
     DETAIL_MISSING_GENERATION,
     DETAIL_STORED_RUNNER,
     EventSubscriber,
     HandlerAction,
 )
+from controlplane.models import DedupKind, Event, QueueOutcome
 from tests.test_tasks import (
     Conn,
     agent,

@@ -17,8 +17,8 @@ from prometheus_client import CollectorRegistry
 
 from controlplane import keys
 from controlplane.client import Office
+from controlplane.event_subscriber import EventSubscriber, HandledEvent, HandlerAction
 from controlplane.models import Event
-from controlplane.subscriber import EventSubscriber, HandledEvent, HandlerAction
 from tests import harness
 from tests.test_blockers import block
 from tests.test_tasks import (

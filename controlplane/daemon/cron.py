@@ -36,9 +36,9 @@ from prometheus_client import CollectorRegistry
 from controlplane.cron import TickPlan, next_tick, plan_tick
 from controlplane.daemon.loop import Loop, is_connection_error
 from controlplane.errors import RoutineNotFound
+from controlplane.event_subscriber import poison_reason
 from controlplane.models import DispatchRoutineResult, DueTrigger, RoutineSource, RoutineTrigger
 from controlplane.observability import Reporter
-from controlplane.subscriber import poison_reason
 
 __all__ = ["CronLoop", "TickOutcome"]
 

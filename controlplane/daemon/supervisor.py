@@ -36,7 +36,7 @@ from controlplane.daemon.loop import DatabaseHealth, Loop
 from controlplane.daemon.metrics import DaemonMetrics, daemon_metrics_for
 from controlplane.daemon.recovery import PruneLoop, RecoveryLoop
 from controlplane.daemon.stats import StatsLoop
-from controlplane.daemon.subscriber import SubscriberLoop
+from controlplane.daemon.subscriber_loop import SubscriberLoop
 from controlplane.daemon.sweep import SweepLoop
 from controlplane.daemon.wakeups import WakeupLoop
 from controlplane.observability import metrics_for, parent_wake_metrics_for, routine_run_counter

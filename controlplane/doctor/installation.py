@@ -44,13 +44,6 @@ INDEX_PURPOSE = {
 }
 
 
-def _version_key(version: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(part) for part in version.split("."))
-    except ValueError:
-        return ()
-
-
 # --- version ----------------------------------------------------------------------
 
 
@@ -63,7 +56,7 @@ def check_version(conn: psycopg.Connection[Any]) -> Iterator[Finding]:
             status=Status.OK,
             detail=f"schema {installed} = package {package}",
         )
-    elif _version_key(installed) < _version_key(package):
+    elif schema.version_key(installed) < schema.version_key(package):
         yield Finding(
             check="version",
             status=Status.PROBLEM,
@@ -93,7 +86,7 @@ def check_version(conn: psycopg.Connection[Any]) -> Iterator[Finding]:
             detail=f"extension version {extversion} but office.schema_version() {installed}",
             fix="ALTER EXTENSION office UPDATE; if that does nothing, reinstall office",
         )
-    if available is not None and _version_key(available) < _version_key(package):
+    if available is not None and schema.version_key(available) < schema.version_key(package):
         yield Finding(
             check="version",
             status=Status.WARNING,

@@ -707,6 +707,30 @@ COMMENT ON FUNCTION office.close_routine_run(routine_run_id text, terminal text)
 REVOKE EXECUTE ON FUNCTION office.close_routine_run(routine_run_id text, terminal text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.close_routine_run(routine_run_id text, terminal text) TO office_admin, office_producer, office_worker;
 
+CREATE FUNCTION office.comment_key(comment_id text, agent_profile_id text)
+ RETURNS text
+ LANGUAGE plpgsql
+ IMMUTABLE PARALLEL SAFE STRICT
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF comment_id = '' THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('office.comment_key: comment_id must not be empty (got %L)', comment_id);
+    END IF;
+    IF agent_profile_id = '' THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('office.comment_key: agent_profile_id must not be empty (got %L)',
+                             agent_profile_id);
+    END IF;
+    RETURN 'task_comment:' || comment_id || ':' || agent_profile_id;
+END
+$function$;
+COMMENT ON FUNCTION office.comment_key(comment_id text, agent_profile_id text) IS
+    'Run key of a comment''s wake of an agent: task_comment:<comment_id>:<agent_profile_id>; a run with such a key never coalesces (API.md §3). NULL in, NULL out; an empty id is 22023.';
+REVOKE EXECUTE ON FUNCTION office.comment_key(comment_id text, agent_profile_id text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.comment_key(comment_id text, agent_profile_id text) TO office_admin, office_producer, office_reader, office_worker;
+
 CREATE FUNCTION office._on_create_routine(_part integer, _a1 text, _a2 text, _a3 jsonb, _a4 text, _a5 text, _a6 jsonb, _a7 text, _a8 text, _a9 integer) RETURNS office.routines
     LANGUAGE plproxy
     SET search_path = pg_catalog, pg_temp

@@ -165,6 +165,70 @@ COMMENT ON FUNCTION office._uuid_v7() IS
 REVOKE EXECUTE ON FUNCTION office._uuid_v7() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office._uuid_v7()
     TO office_producer, office_worker, office_reader, office_admin;
+CREATE FUNCTION office._is_id(value text) RETURNS boolean
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN length(value) BETWEEN 1 AND 200 AND value !~ '[,:\u0001-\u001f\u007f-\u009f]';
+END
+$$;
+COMMENT ON FUNCTION office._is_id(text) IS
+    'Internal: whether value is a valid id (1-200 characters, no comma, colon or control character); NULL for NULL. The CHECK of every id column.';
+REVOKE EXECUTE ON FUNCTION office._is_id(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._is_id(text)
+    TO office_producer, office_worker, office_reader, office_admin;
+
+CREATE OR REPLACE FUNCTION office._check_id(kind text, value text) RETURNS text
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF value IS NULL OR length(value) = 0 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('%s id must not be empty', kind);
+    END IF;
+    IF length(value) > 200 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('%s id %s is longer than 200 characters (%s)',
+                             kind, quote_literal(left(value, 40) || '...'), length(value));
+    END IF;
+    IF NOT office._is_id(value) THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('%s id %s contains a '','', a '':'' or a control character',
+                             kind, quote_literal(value));
+    END IF;
+    RETURN value;
+END
+$$;
+
+CREATE FUNCTION office._lock_key(kind text, VARIADIC parts text[] DEFAULT '{}') RETURNS text
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF cardinality(parts) IS DISTINCT FROM (CASE kind WHEN 'tasks.children' THEN 1
+                                                      WHEN 'tasks.blockers' THEN 1
+                                                      WHEN 'task_blockers.graph' THEN 0
+                                                      WHEN 'wakeups.agent' THEN 1
+                                                      WHEN 'routines.gate' THEN 2
+                                                      WHEN 'runs.claim' THEN 1 END) THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('unknown lock kind %s with %s parts', coalesce(quote_literal(kind), 'NULL'),
+                             coalesce(cardinality(parts), 0));
+    END IF;
+    -- A NULL part names no resource: no lock (as NULL || text would).
+    IF array_position(parts, NULL) IS NOT NULL THEN
+        RETURN NULL;
+    END IF;
+    RETURN 'office.' || kind || CASE WHEN cardinality(parts) = 0 THEN '' ELSE ':' || array_to_string(parts, ':') END;
+END
+$$;
+COMMENT ON FUNCTION office._lock_key(text, text[]) IS
+    'Internal: the name of an advisory lock, office.<kind>:<parts joined by ":"> (kinds: tasks.children, tasks.blockers, task_blockers.graph, wakeups.agent, routines.gate, runs.claim; 07_locks.sql lists who takes each); NULL when a part is NULL; an unknown kind or a wrong number of parts is 22023.';
+REVOKE EXECUTE ON FUNCTION office._lock_key(text, text[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._lock_key(text, text[]) TO office_admin;
+
 -- === keys (10_keys.sql) =======================================================
 
 -- The SQL-standard bodies are bound when they are created, under the
@@ -191,6 +255,35 @@ CREATE OR REPLACE FUNCTION office.routine_fingerprint(title text, description te
                 'UTF8')),
             1, 16),
         'hex');
+-- task_comment:<comment>:<agent>  (API.md §3): the key of a comment's wake of
+-- an agent. Its prefix is what enqueue_run tests to keep such a run out of
+-- coalescing (office._run_bucket_lock, the coalesce lookups), so it is built
+-- here rather than written by hand.
+CREATE FUNCTION office.comment_key(comment_id text, agent_profile_id text)
+    RETURNS text
+    LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF comment_id = '' THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('office.comment_key: comment_id must not be empty (got %L)', comment_id);
+    END IF;
+    IF agent_profile_id = '' THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('office.comment_key: agent_profile_id must not be empty (got %L)',
+                             agent_profile_id);
+    END IF;
+    RETURN 'task_comment:' || comment_id || ':' || agent_profile_id;
+END
+$fn$;
+COMMENT ON FUNCTION office.comment_key(text, text) IS
+    'Run key of a comment''s wake of an agent: task_comment:<comment_id>:<agent_profile_id>; a run with '
+    'such a key never coalesces (API.md §3). NULL in, NULL out; an empty id is 22023.';
+REVOKE EXECUTE ON FUNCTION office.comment_key(text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.comment_key(text, text)
+    TO office_producer, office_worker, office_reader, office_admin;
+
 -- (end of keys)
 -- === agents (20_agents.sql) ====================================================
 CREATE OR REPLACE FUNCTION office.upsert_agent(id text, workspace_id text, name text DEFAULT '',
@@ -286,6 +379,23 @@ GRANT EXECUTE ON FUNCTION office._agents_same_workspace() TO office_admin;
 CREATE TRIGGER agent_profiles_05_same_workspace
     BEFORE INSERT OR UPDATE OF id, workspace_id ON office.agent_profiles
     FOR EACH ROW EXECUTE FUNCTION office._agents_same_workspace();
+
+CREATE FUNCTION office._statuses_refusing_runs() RETURNS text[]
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    RETURN ARRAY['paused', 'stopped', 'pending_approval'];
+COMMENT ON FUNCTION office._statuses_refusing_runs() IS
+    'Internal: the agent statuses that refuse new runs (paused, stopped, pending_approval; OFA02).';
+REVOKE EXECUTE ON FUNCTION office._statuses_refusing_runs() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._statuses_refusing_runs()
+    TO office_producer, office_worker, office_reader, office_admin;
+
+-- The id rule, written once (office._is_id).
+ALTER TABLE office.agent_profiles
+    DROP CONSTRAINT agent_profiles_id_check,
+    ADD CONSTRAINT agent_profiles_id_check CHECK (office._is_id(id)),
+    DROP CONSTRAINT agent_profiles_workspace_id_check,
+    ADD CONSTRAINT agent_profiles_workspace_id_check CHECK (office._is_id(workspace_id));
 
 -- (end of agents)
 -- === runs (25_counters.sql, 30_runs.sql) =======================================
@@ -1368,6 +1478,223 @@ GRANT EXECUTE ON FUNCTION office.assign_task(text, text, text, text) TO office_p
 COMMENT ON FUNCTION office.add_blocker(text, text) IS
     'blocker_task_id now blocks task_id. Self-block or an edge closing a cycle (any length) 22023, unknown task OFT01, tasks of two workspaces OFW01, an existing edge is a no-op.';
 
+CREATE FUNCTION office._task_terminal_states() RETURNS text[]
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    RETURN ARRAY['COMPLETED', 'FAILED', 'CANCELLED'];
+COMMENT ON FUNCTION office._task_terminal_states() IS
+    'Internal: the terminal task states (COMPLETED, FAILED, CANCELLED): a move into one runs the terminal effects; a blocker in one no longer blocks.';
+REVOKE EXECUTE ON FUNCTION office._task_terminal_states() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._task_terminal_states()
+    TO office_producer, office_worker, office_reader, office_admin;
+
+CREATE FUNCTION office._task_done_states() RETURNS text[]
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    RETURN ARRAY['COMPLETED', 'CANCELLED'];
+COMMENT ON FUNCTION office._task_done_states() IS
+    'Internal: the states in which a child counts as finished for its parent''s wave (COMPLETED, CANCELLED; not FAILED).';
+REVOKE EXECUTE ON FUNCTION office._task_done_states() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._task_done_states()
+    TO office_producer, office_worker, office_reader, office_admin;
+
+CREATE OR REPLACE FUNCTION office._wake(agent_profile_id text, reason text, payload jsonb,
+                             idempotency_key text, task_id text)
+    RETURNS office.enqueue_result
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_status text;
+    v_result office.enqueue_result;
+BEGIN
+    SELECT a.status INTO v_status
+      FROM office.agent_profiles a
+     WHERE a.id = _wake.agent_profile_id
+       FOR SHARE;
+    IF NOT FOUND OR v_status = ANY (office._statuses_refusing_runs()) THEN
+        v_result := ('skipped', NULL, NULL);
+        RETURN v_result;
+    END IF;
+    RETURN office.enqueue_run(agent_profile_id => _wake.agent_profile_id,
+                              reason           => _wake.reason,
+                              payload          => _wake.payload,
+                              idempotency_key  => _wake.idempotency_key,
+                              task_id          => _wake.task_id);
+END
+$$;
+
+CREATE FUNCTION office._child_wave(parent_task_id text)
+    RETURNS TABLE (child_set_key text, newest_child_updated_at text, live_children bigint,
+                   open_children bigint)
+    LANGUAGE plpgsql STABLE ROWS 1
+    SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN QUERY
+    SELECT coalesce(string_agg(c.id || ':' || c.state, ',' ORDER BY c.id COLLATE "C"), ''),
+           coalesce(office.second_precision_text(max(c.updated_at)), ''),
+           count(*),
+           count(*) FILTER (WHERE c.state <> ALL (office._task_done_states()))
+      FROM office.tasks c
+     WHERE c.parent_id = _child_wave.parent_task_id AND c.archived_at IS NULL;
+END
+$$;
+COMMENT ON FUNCTION office._child_wave(text) IS
+    'Internal: one row for the parent''s non-archived children: child_set_key (id:STATE ordered by id bytewise, joined with ","), newest_child_updated_at (second_precision_text of the newest updated_at, UTC), live_children and open_children (not COMPLETED/CANCELLED); '''' and 0 when there are none.';
+REVOKE EXECUTE ON FUNCTION office._child_wave(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._child_wave(text) TO office_admin;
+
+CREATE OR REPLACE FUNCTION office.child_set_key(parent_task_id text) RETURNS text
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    RETURN (SELECT w.child_set_key FROM office._child_wave(child_set_key.parent_task_id) AS w);
+
+CREATE OR REPLACE FUNCTION office.child_generation(parent_task_id text) RETURNS text
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    RETURN (SELECT w.newest_child_updated_at FROM office._child_wave(child_generation.parent_task_id) AS w);
+
+CREATE OR REPLACE FUNCTION office.is_task_terminal(task_id text) RETURNS boolean
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_state text;
+BEGIN
+    SELECT t.state INTO v_state FROM office.tasks t WHERE t.id = is_task_terminal.task_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'OFT01',
+            MESSAGE = format('task %s not found', coalesce(quote_literal(is_task_terminal.task_id), 'NULL'));
+    END IF;
+    RETURN v_state = ANY (office._task_terminal_states());
+END
+$$;
+
+CREATE OR REPLACE FUNCTION office._tasks_terminal_effects() RETURNS trigger
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_terminal text;
+    v_blocked  text;
+    v_ids      text[];
+    v_ready    boolean;
+    v_assignee text;
+    v_key      text;
+    v_set      text;
+    v_gen      text;
+    v_msg      text;
+BEGIN
+    IF NEW.state IS NOT DISTINCT FROM OLD.state
+       OR NEW.state <> ALL (office._task_terminal_states()) THEN
+        RETURN NULL;
+    END IF;
+
+    -- (1) Close the routine run linked to the task, before anyone is woken
+    -- (a dependent routine fire must not see a stale task_created gate).
+    -- office.sync_routine_run_status is created later, by 55_routines.sql:
+    -- PL/pgSQL resolves the call when it runs. A failure there is reported,
+    -- not allowed to undo the move (DOMAIN.md §2.15).
+    v_terminal := CASE NEW.state WHEN 'COMPLETED' THEN 'done'
+                                 WHEN 'FAILED' THEN 'failed'
+                                 ELSE 'cancelled' END;
+    BEGIN
+        PERFORM office.sync_routine_run_status(NEW.id, v_terminal);
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS v_msg = MESSAGE_TEXT;
+        RAISE WARNING 'sync routine run status of task % (%): %', NEW.id, v_terminal, v_msg;
+    END;
+
+    -- (2) Wake each dependent whose blockers are now all terminal (FAILED
+    -- counts). Lock, then re-read: see the header on lost wakes.
+    FOR v_blocked IN
+        SELECT b.task_id FROM office.task_blockers b
+         WHERE b.blocker_task_id = NEW.id
+         ORDER BY b.task_id COLLATE "C"
+    LOOP
+        PERFORM office._xact_lock(office._lock_key('tasks.blockers', v_blocked));
+        SELECT array_agg(b.blocker_task_id ORDER BY b.blocker_task_id COLLATE "C"),
+               bool_and(coalesce(t.state = ANY (office._task_terminal_states()), false)),
+               (SELECT d.assignee_agent_profile_id FROM office.tasks d WHERE d.id = v_blocked)
+          INTO v_ids, v_ready, v_assignee
+          FROM office.task_blockers b
+          LEFT JOIN office.tasks t ON t.id = b.blocker_task_id
+         WHERE b.task_id = v_blocked;
+        CONTINUE WHEN v_ids IS NULL OR NOT v_ready OR v_assignee IS NULL;
+        PERFORM office._wake(v_assignee, 'task_blockers_resolved',
+                             jsonb_build_object('resolved_blocker_task_id', NEW.id,
+                                                'blocker_task_ids', to_jsonb(v_ids)),
+                             office.blockers_resolved_key(v_blocked, v_ids),
+                             v_blocked);
+    END LOOP;
+
+    -- (3) Wake the parent when all its children (archived ones included) are
+    -- COMPLETED or CANCELLED: FAILED does not complete a parent. The edge
+    -- path writes no receipt. Lock the parent, then read the whole wave in
+    -- one statement.
+    IF NEW.parent_id IS NOT NULL AND NEW.state = ANY (office._task_done_states()) THEN
+        PERFORM office._xact_lock(office._lock_key('tasks.children', NEW.parent_id));
+        SELECT p.assignee_agent_profile_id, office.child_set_key(p.id), office.child_generation(p.id)
+          INTO v_assignee, v_set, v_gen
+          FROM office.tasks p
+         WHERE p.id = NEW.parent_id
+           AND p.is_office
+           AND p.archived_at IS NULL
+           AND p.assignee_agent_profile_id IS NOT NULL
+           AND NOT EXISTS (SELECT FROM office.tasks c
+                            WHERE c.parent_id = p.id AND c.state <> ALL (office._task_done_states()));
+        -- Only archived children: no wave to report (the sweep skips them too).
+        IF FOUND AND v_set <> '' THEN
+            v_key := office.wake_operation_id(NEW.parent_id, v_set, v_gen);
+            PERFORM office._wake(v_assignee, 'task_children_completed',
+                                 jsonb_build_object('child_set_key', v_set, 'child_generation', v_gen,
+                                                    'operation_id', v_key),
+                                 v_key, NEW.parent_id);
+        END IF;
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION office._tasks_terminal_effects() IS
+    'Trigger: on a change of state into COMPLETED, FAILED or CANCELLED, (1) sync_routine_run_status, (2) task_blockers_resolved for each dependent whose blockers are all terminal, (3) task_children_completed for an Office parent whose children are all COMPLETED/CANCELLED.';
+
+CREATE OR REPLACE FUNCTION office._task_blockers_acyclic() RETURNS trigger
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NEW.task_id = NEW.blocker_task_id THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('task %s cannot block itself', quote_literal(NEW.task_id));
+    END IF;
+    PERFORM office._xact_lock(office._lock_key('task_blockers.graph'));
+    IF EXISTS (
+        WITH RECURSIVE upstream(id) AS (
+            SELECT b.blocker_task_id FROM office.task_blockers b WHERE b.task_id = NEW.blocker_task_id
+            UNION
+            SELECT b.blocker_task_id FROM office.task_blockers b JOIN upstream u ON b.task_id = u.id
+        )
+        SELECT FROM upstream WHERE upstream.id = NEW.task_id
+    ) THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('task %s blocking task %s would close a cycle (%s already blocks %s)',
+                             quote_literal(NEW.blocker_task_id), quote_literal(NEW.task_id),
+                             quote_literal(NEW.task_id), quote_literal(NEW.blocker_task_id));
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+-- The id rule, written once (office._is_id).
+ALTER TABLE office.tasks
+    DROP CONSTRAINT tasks_id_check,
+    ADD CONSTRAINT tasks_id_check CHECK (office._is_id(id)),
+    DROP CONSTRAINT tasks_workspace_id_check,
+    ADD CONSTRAINT tasks_workspace_id_check CHECK (office._is_id(workspace_id));
+
 -- (end of tasks)
 -- === events (45_events.sql) ====================================================
 -- The actor of a write: the setting office.actor (assign_task sets it for its
@@ -1633,7 +1960,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'OFA01',
             MESSAGE = format('agent %s not found', quote_literal(v_req.agent_profile_id));
     END IF;
-    IF v_status IN ('paused', 'stopped', 'pending_approval') THEN
+    IF v_status = ANY (office._statuses_refusing_runs()) THEN
         RAISE EXCEPTION USING ERRCODE = 'OFA02',
             MESSAGE = format('agent %s is %s and does not accept runs', quote_literal(v_req.agent_profile_id),
                              v_status);
@@ -1654,7 +1981,7 @@ BEGIN
         v_policy := coalesce(v_policy, 'coalesce');
     END IF;
 
-    PERFORM office._xact_lock('office.wakeups.agent:' || v_req.agent_profile_id);
+    PERFORM office._xact_lock(office._lock_key('wakeups.agent', v_req.agent_profile_id));
     IF v_policy <> 'always' THEN
         LOOP
             SELECT r.id INTO v_target
@@ -2085,7 +2412,7 @@ BEGIN
     -- 4. Heavy: the gate, then the task.
     IF v_heavy THEN
         IF v_routine.concurrency_policy <> 'always_create' THEN
-            PERFORM office._xact_lock('office.routines.gate:' || v_routine_id || ':' || v_fp);
+            PERFORM office._xact_lock(office._lock_key('routines.gate', v_routine_id, v_fp));
             v_gated := office._routine_gate(v_routine_id, v_fp, v_routine.concurrency_policy, v_run);
             IF v_gated IS NOT NULL THEN
                 SELECT r.status, r.coalesced_into_run_id INTO v_result.status, v_result.coalesced_into_run_id
@@ -2191,6 +2518,17 @@ GRANT EXECUTE ON FUNCTION office.dispatch_routine(text, text, jsonb, text, times
 -- 0.4.0: time-ordered routine run ids (existing rows keep theirs); generated
 -- routine and trigger ids are time-ordered too.
 ALTER TABLE office.routine_runs ALTER COLUMN id SET DEFAULT office._uuid_v7();
+-- The id rule, written once (office._is_id).
+ALTER TABLE office.routines
+    DROP CONSTRAINT routines_id_check,
+    ADD CONSTRAINT routines_id_check CHECK (office._is_id(id)),
+    DROP CONSTRAINT routines_workspace_id_check,
+    ADD CONSTRAINT routines_workspace_id_check CHECK (office._is_id(workspace_id));
+
+ALTER TABLE office.routine_triggers
+    DROP CONSTRAINT routine_triggers_id_check,
+    ADD CONSTRAINT routine_triggers_id_check CHECK (office._is_id(id));
+
 -- (end of routines)
 -- === parent wakes (60_parent_wake.sql) =========================================
 -- Poison never stops a loop (API.md Conventions): see 70_daemon.sql.
@@ -2273,7 +2611,7 @@ BEGIN
         -- Someone holds the parent (a child completing, another sweep): skip
         -- it; its mark stays for the next sweep.
         CONTINUE WHEN NOT pg_try_advisory_xact_lock(
-            hashtextextended('office.tasks.children:' || v_candidate.parent_task_id, 0));
+            hashtextextended(office._lock_key('tasks.children', v_candidate.parent_task_id), 0));
         -- Under the lock, a fresh look: another sweep may have delivered it
         -- since the list was read.
         CONTINUE WHEN NOT EXISTS (SELECT FROM office._parent_wake_stuck st
@@ -2297,6 +2635,264 @@ COMMENT ON FUNCTION office.sweep_stuck_parents(int) IS
     'One tick of the stuck-parent sweep: forgets the marked parents that are not stuck, lists up to max_rows stuck parents and reconciles each (one reconcile_result per parent; a parent another transaction holds, or that was delivered meanwhile, is left for the next tick; one whose reconcile raises is set aside in office.poison, loop sweep, with no result). Negative max_rows 22023.';
 REVOKE EXECUTE ON FUNCTION office.sweep_stuck_parents(int) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.sweep_stuck_parents(int) TO office_producer, office_admin;
+CREATE OR REPLACE FUNCTION office._tasks_parent_wake_mark() RETURNS trigger
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    SET enable_seqscan = off
+AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        -- A live child created COMPLETED or CANCELLED (the WHEN clause).
+        INSERT INTO office.parent_wake_marks (parent_task_id) VALUES (NEW.parent_id);
+        RETURN NULL;
+    ELSIF TG_OP = 'DELETE' THEN
+        INSERT INTO office.parent_wake_marks (parent_task_id) VALUES (OLD.parent_id);
+        RETURN NULL;
+    END IF;
+    -- As a child: the old parent lost a child; the new parent has a finished
+    -- child written (its state, its generation), or one archived/unarchived.
+    IF OLD.parent_id IS NOT NULL AND OLD.parent_id IS DISTINCT FROM NEW.parent_id THEN
+        INSERT INTO office.parent_wake_marks (parent_task_id) VALUES (OLD.parent_id);
+    END IF;
+    IF NEW.parent_id IS NOT NULL
+       AND ((NEW.archived_at IS NULL AND NEW.state = ANY (office._task_done_states()))
+            OR NEW.archived_at IS DISTINCT FROM OLD.archived_at) THEN
+        INSERT INTO office.parent_wake_marks (parent_task_id) VALUES (NEW.parent_id);
+    END IF;
+    -- As a parent: it became eligible (reopened, unarchived, assigned, ...).
+    IF (NEW.state, NEW.archived_at, NEW.is_office, NEW.is_ephemeral, NEW.assignee_agent_profile_id)
+           IS DISTINCT FROM
+       (OLD.state, OLD.archived_at, OLD.is_office, OLD.is_ephemeral, OLD.assignee_agent_profile_id)
+       AND NEW.archived_at IS NULL AND NEW.is_office AND NOT NEW.is_ephemeral
+       AND NEW.state <> ALL (office._task_done_states()) AND NEW.assignee_agent_profile_id IS NOT NULL
+       AND EXISTS (SELECT FROM office.tasks c WHERE c.parent_id = NEW.id) THEN
+        INSERT INTO office.parent_wake_marks (parent_task_id) VALUES (NEW.id);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION office._agents_parent_wake_mark() RETURNS trigger
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    SET enable_seqscan = off
+AS $$
+BEGIN
+    INSERT INTO office.parent_wake_marks (parent_task_id)
+    SELECT p.id
+      FROM office.tasks p
+     WHERE p.assignee_agent_profile_id = NEW.id
+       AND p.archived_at IS NULL AND p.is_office AND NOT p.is_ephemeral
+       AND p.state <> ALL (office._task_done_states())
+       AND EXISTS (SELECT FROM office.tasks c WHERE c.parent_id = p.id);
+    RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION office._runs_parent_wake_mark() RETURNS trigger
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    SET enable_seqscan = off
+AS $$
+BEGIN
+    IF TG_LEVEL = 'ROW' THEN
+        -- (the WHEN clause: a task_children_completed run of a task)
+        INSERT INTO office.parent_wake_marks (parent_task_id) VALUES (OLD.task_id);
+        RETURN NULL;
+    END IF;
+    -- DELETE, per statement (prune_runs deletes many): the open parents only.
+    INSERT INTO office.parent_wake_marks (parent_task_id)
+    SELECT p.id
+      FROM (SELECT DISTINCT g.task_id FROM office_parent_wake_gone_runs g
+             WHERE g.reason = 'task_children_completed' AND g.task_id IS NOT NULL) AS gone
+      JOIN office.tasks p ON p.id = gone.task_id
+     WHERE p.archived_at IS NULL AND p.is_office AND NOT p.is_ephemeral
+       AND p.state <> ALL (office._task_done_states());
+    RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION office.mark_all_parents() RETURNS bigint
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_count bigint;
+BEGIN
+    INSERT INTO office.parent_wake_marks (parent_task_id)
+    SELECT p.id
+      FROM office.tasks p
+     WHERE p.archived_at IS NULL AND p.is_office AND NOT p.is_ephemeral
+       AND p.state <> ALL (office._task_done_states())
+       AND EXISTS (SELECT FROM office.tasks c WHERE c.parent_id = p.id);
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION office.reconcile_parent(parent_task_id text, child_set_key text, newest_child_updated_at text)
+    RETURNS office.reconcile_result
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_parent   text := reconcile_parent.parent_task_id;
+    v_assignee text;
+    v_status   text;
+    v_set      text;
+    v_gen      text;
+    v_live     bigint;
+    v_open     bigint;
+    v_marks    bigint[];
+    v_op       text;
+    v_writer   text;
+    v_run      office.enqueue_result;
+    v_result   office.reconcile_result;
+BEGIN
+    IF reconcile_parent.child_set_key IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('child_set_key of parent %s must not be NULL', coalesce(quote_literal(v_parent), 'NULL'));
+    END IF;
+    IF reconcile_parent.newest_child_updated_at IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('newest_child_updated_at of parent %s must not be NULL',
+                             coalesce(quote_literal(v_parent), 'NULL'));
+    END IF;
+    PERFORM office._require_task(v_parent);
+    -- The edge path's lock: a child completing now waits for this delivery
+    -- (and reads after it), and this delivery reads after such a child.
+    PERFORM office._xact_lock(office._lock_key('tasks.children', v_parent));
+
+    -- The assignee, re-checked; its row is share-locked so that its status
+    -- stays as read until commit.
+    SELECT p.assignee_agent_profile_id INTO v_assignee FROM office.tasks p WHERE p.id = v_parent;
+    IF NOT FOUND THEN
+        PERFORM office._require_task(v_parent);
+    END IF;
+    IF v_assignee IS NOT NULL THEN
+        SELECT a.status INTO v_status FROM office.agent_profiles a WHERE a.id = v_assignee FOR SHARE;
+    END IF;
+    IF v_status IS NULL OR v_status = ANY (office._statuses_refusing_runs()) THEN
+        v_result := (v_parent, false, NULL, 'skipped', NULL, NULL, 'assignee_unresolved');
+        RETURN v_result;
+    END IF;
+
+    -- The child set re-read (a fresh snapshot, after the lock), with the
+    -- marks this read accounts for.
+    SELECT w.child_set_key, w.newest_child_updated_at, w.live_children, w.open_children,
+           (SELECT array_agg(m.id) FROM office.parent_wake_marks m WHERE m.parent_task_id = v_parent)
+      INTO v_set, v_gen, v_live, v_open, v_marks
+      FROM office._child_wave(v_parent) AS w;
+    IF v_set <> reconcile_parent.child_set_key
+       OR v_gen <> reconcile_parent.newest_child_updated_at
+       OR v_live = 0 OR v_open > 0 THEN
+        v_result := (v_parent, false, NULL, 'skipped', NULL, NULL, 'child_set_changed');
+        RETURN v_result;
+    END IF;
+
+    v_op := office.wake_operation_id(v_parent, v_set, v_gen);
+    v_run := office._wake(v_assignee, 'task_children_completed',
+                          jsonb_build_object('child_set_key', v_set, 'child_generation', v_gen,
+                                             'operation_id', v_op),
+                          v_op, v_parent);
+    IF v_run.outcome = 'skipped' THEN
+        v_result := (v_parent, false, NULL, 'skipped', NULL, NULL, 'assignee_unresolved');
+        RETURN v_result;
+    END IF;
+
+    v_writer := current_setting('office.parent_wake.writer', true);
+    PERFORM set_config('office.parent_wake.writer', 'reconcile_parent', true);
+    INSERT INTO office.parent_child_wake_receipts AS r
+           (parent_task_id, child_set_key, delivered_run_id, delivery_operation_id, delivered_at,
+            child_generation)
+    VALUES (v_parent, v_set, v_run.run_id, v_op, now(), v_gen)
+    ON CONFLICT ON CONSTRAINT parent_child_wake_receipts_pkey DO UPDATE
+       SET child_set_key = excluded.child_set_key,
+           delivered_run_id = excluded.delivered_run_id,
+           delivery_operation_id = excluded.delivery_operation_id,
+           delivered_at = excluded.delivered_at,
+           child_generation = excluded.child_generation;
+    PERFORM set_config('office.parent_wake.writer', coalesce(v_writer, ''), true);
+
+    -- Forget the marks the re-read accounted for (a later one stays; one that
+    -- another sweep is deleting is skipped, never waited for).
+    DELETE FROM office.parent_wake_marks m
+     WHERE m.id IN (SELECT k.id FROM office.parent_wake_marks k
+                     WHERE k.id = ANY (v_marks)
+                       FOR UPDATE SKIP LOCKED);
+
+    v_result := (v_parent, true, v_op, v_run.outcome, v_run.dedup_kind, v_run.run_id, NULL);
+    RETURN v_result;
+END
+$$;
+
+-- The candidates read the wave from office._child_wave and the shared
+-- state lists; the mark triggers test the shared lists.
+CREATE OR REPLACE VIEW office._parent_wake_candidates AS
+SELECT p.id AS parent_task_id,
+       p.assignee_agent_profile_id,
+       p.workflow_step_id,
+       k.child_set_key,
+       k.newest_child_updated_at
+  FROM office.tasks p
+  JOIN office.agent_profiles a ON a.id = p.assignee_agent_profile_id
+ CROSS JOIN LATERAL office._child_wave(p.id) AS k
+  LEFT JOIN office.parent_child_wake_receipts r ON r.parent_task_id = p.id
+ WHERE p.archived_at IS NULL
+   AND NOT p.is_ephemeral
+   AND p.state <> ALL (office._task_done_states())
+   AND p.is_office
+   AND k.live_children > 0
+   AND k.open_children = 0
+   AND a.status <> ALL (office._statuses_refusing_runs())
+   AND (r.child_set_key IS DISTINCT FROM k.child_set_key
+        OR (coalesce(r.delivery_operation_id, '') = ''
+            AND NOT EXISTS (SELECT FROM office.runs x WHERE x.id = r.delivered_run_id))
+        OR k.newest_child_updated_at <> coalesce(r.child_generation, ''));
+
+DROP TRIGGER tasks_70_parent_wake_mark_insert ON office.tasks;
+CREATE TRIGGER tasks_70_parent_wake_mark_insert
+    AFTER INSERT ON office.tasks
+    FOR EACH ROW
+    WHEN (NEW.parent_id IS NOT NULL AND NEW.archived_at IS NULL
+          AND NEW.state = ANY (office._task_done_states()))
+    EXECUTE FUNCTION office._tasks_parent_wake_mark();
+
+DROP TRIGGER tasks_70_parent_wake_mark_update ON office.tasks;
+CREATE TRIGGER tasks_70_parent_wake_mark_update
+    AFTER UPDATE ON office.tasks
+    FOR EACH ROW
+    WHEN ((NEW.parent_id IS NOT NULL
+           AND ((NEW.archived_at IS NULL AND NEW.state = ANY (office._task_done_states()))
+                OR NEW.archived_at IS DISTINCT FROM OLD.archived_at))
+          OR OLD.parent_id IS DISTINCT FROM NEW.parent_id
+          OR ((NEW.state, NEW.archived_at, NEW.is_office, NEW.is_ephemeral,
+               NEW.assignee_agent_profile_id)
+                  IS DISTINCT FROM
+              (OLD.state, OLD.archived_at, OLD.is_office, OLD.is_ephemeral,
+               OLD.assignee_agent_profile_id)
+              AND NEW.archived_at IS NULL AND NEW.is_office AND NOT NEW.is_ephemeral
+              AND NEW.state <> ALL (office._task_done_states())
+              AND NEW.assignee_agent_profile_id IS NOT NULL))
+    EXECUTE FUNCTION office._tasks_parent_wake_mark();
+
+DROP TRIGGER agent_profiles_70_parent_wake_mark_insert ON office.agent_profiles;
+CREATE TRIGGER agent_profiles_70_parent_wake_mark_insert
+    AFTER INSERT ON office.agent_profiles
+    FOR EACH ROW
+    WHEN (NEW.status <> ALL (office._statuses_refusing_runs()))
+    EXECUTE FUNCTION office._agents_parent_wake_mark();
+
+DROP TRIGGER agent_profiles_70_parent_wake_mark_update ON office.agent_profiles;
+CREATE TRIGGER agent_profiles_70_parent_wake_mark_update
+    AFTER UPDATE ON office.agent_profiles
+    FOR EACH ROW
+    WHEN (NEW.status <> ALL (office._statuses_refusing_runs())
+          AND (OLD.status = ANY (office._statuses_refusing_runs()) OR OLD.id IS DISTINCT FROM NEW.id))
+    EXECUTE FUNCTION office._agents_parent_wake_mark();
+
 -- (end of parent-wake)
 -- === daemon (70_daemon.sql) ====================================================
 CREATE OR REPLACE FUNCTION office.due_routine_triggers(at timestamptz DEFAULT now(), max_rows int DEFAULT 100)
@@ -2587,7 +3183,7 @@ BEGIN
           LEFT JOIN office.agent_profiles a ON a.id = w.agent_profile_id
          WHERE w.status = 'queued'
            AND w.requested_at <= now() - dispatch_queued_wakeups.min_age
-           AND (a.id IS NULL OR a.status NOT IN ('paused', 'stopped', 'pending_approval'))
+           AND (a.id IS NULL OR a.status <> ALL (office._statuses_refusing_runs()))
            AND NOT EXISTS (SELECT FROM office.poison q WHERE q.loop = 'wakeups' AND q.row_id = w.id)
          ORDER BY w.requested_at, w.id COLLATE "C"
          LIMIT dispatch_queued_wakeups.max_rows

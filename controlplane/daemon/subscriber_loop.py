@@ -1,5 +1,5 @@
 """The subscriber loop: consumes the event outbox with
-:class:`controlplane.subscriber.EventSubscriber` (``task.assigned`` →
+:class:`controlplane.event_subscriber.EventSubscriber` (``task.assigned`` →
 ``task_assigned`` runs keyed by the event's generation).
 
 An iteration claims one batch, handles every event of it and acknowledges
@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from controlplane.daemon.loop import Loop
-from controlplane.subscriber import EventSubscriber, SubscriberReport
+from controlplane.event_subscriber import EventSubscriber, SubscriberReport
 
 __all__ = ["SubscriberLoop"]
 

@@ -61,6 +61,8 @@ __all__ = [
     "SubscriberReport",
 ]
 
+# Both names predate this module's: operators' logging configuration names
+# the logger, and the events a consumer holds are claimed under its name.
 log = logging.getLogger("controlplane.subscriber")
 
 DEFAULT_CONSUMER = "controlplane.subscriber"

@@ -1,0 +1,71 @@
+"""The worker side of the run queue: claim a run, call the handler, keep the
+claim alive with heartbeats, write the outcome fenced by the attempt, stop
+cleanly (API.md §3).
+
+``Worker(office, handler)`` (threads, psycopg) and
+``AsyncWorker(async_office, async_handler)`` (asyncio, asyncpg) share every
+decision; only the I/O differs. ``officectl worker`` is a thin wrapper over
+them (:mod:`controlplane.cli_worker`).
+
+* **Claims.** Up to ``concurrency`` handlers run at once, each on a run of a
+  different agent (``claim_run`` hands out at most one claimed run per
+  agent). After a handler ends the worker claims again at once; when
+  ``claim_run`` returns nothing it waits for ``NOTIFY office_runs`` or
+  ``poll`` seconds, whichever comes first. The ``edge`` signal of
+  ``office.notify`` is only sent when no worker is bound to come for the
+  agent, which is why claiming again after every handler matters. A lost
+  LISTEN connection falls back to polling and reconnects with backoff.
+* **Heartbeats.** Every ``heartbeat`` seconds, ``heartbeat_run(id, attempt)``
+  for each run in flight, on a connection of the worker's own (a slow
+  handler or a busy pool cannot starve it). False means the run was taken
+  away (recovered, cancelled, claimed again): an async handler is cancelled,
+  a sync one is left to finish; either way its outcome is not written, and
+  one WARNING names the run.
+* **Outcomes.** The handler returns → ``finish_run``; it raises
+  :class:`Retry` → ``retry_run`` with its delay; anything else →
+  ``fail_run`` with ``"<ExceptionType>: <message>"`` cut to 64 KiB. Every
+  write is fenced by ``attempt``, so a write that comes late (after an
+  outage, after the run was recovered) is exactly right or refused.
+* **Shutdown.** :meth:`Worker.stop` (or SIGTERM/SIGINT when ``run`` is in the
+  main thread) stops claiming at once; handlers in flight get ``grace``
+  seconds, then their runs are handed back with ``retry_run(id, attempt, 0)``.
+  ``stop(force=True)`` (a second signal) skips the grace.
+* **Database loss.** Every call is retried with backoff; the loss and the
+  return are logged once each (:class:`controlplane.daemon.loop.DatabaseHealth`).
+
+Metrics (prometheus_client, the daemon's conventions):
+``office_worker_runs_total{outcome}`` (finished, failed, retried, lost,
+returned), ``office_worker_handler_seconds``,
+``office_worker_heartbeats_total{result}`` (sent, lost),
+``office_worker_claim_seconds``, ``office_worker_in_flight``. Logs go to the
+``controlplane.worker`` logger; the loss and return of the database to
+``controlplane.daemon``, in the daemon's words.
+"""
+
+from __future__ import annotations
+
+from controlplane.worker.async_worker import AsyncWorker
+from controlplane.worker.core import CHANNEL, default_worker_id
+from controlplane.worker.handler import (
+    HandlerError,
+    Retry,
+    failure_text,
+    is_async_handler,
+    load_handler,
+)
+from controlplane.worker.metrics import WorkerMetrics, worker_metrics_for
+from controlplane.worker.sync import Worker
+
+__all__ = [
+    "CHANNEL",
+    "AsyncWorker",
+    "HandlerError",
+    "Retry",
+    "Worker",
+    "WorkerMetrics",
+    "default_worker_id",
+    "failure_text",
+    "is_async_handler",
+    "load_handler",
+    "worker_metrics_for",
+]

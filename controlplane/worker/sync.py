@@ -1,0 +1,258 @@
+"""The threaded worker: :class:`Worker` (psycopg)."""
+
+from __future__ import annotations
+
+import queue
+import signal
+import threading
+import time
+from collections.abc import Callable
+from functools import partial
+from types import FrameType
+from typing import Any
+
+from psycopg_pool import ConnectionPool
+
+from controlplane.client import Office, drive, perform_psycopg
+from controlplane.models import Run
+from controlplane.worker.core import (
+    _VERB,
+    CHANNEL,
+    HAND_BACK_SECONDS,
+    WorkerBase,
+    _backoff,
+    _is_lost_connection,
+    _Slot,
+    _State,
+)
+from controlplane.worker.handler import _Kind, _Outcome, _outcome_of
+
+# --- the threaded worker ------------------------------------------------------------
+
+
+class Worker(WorkerBase[Office, Callable[[Run], object]]):
+    """Runs ``handler(run)`` for claimed runs, on ``concurrency`` threads.
+
+    ``office``'s pool serves the claims and the outcome writes; the
+    heartbeats and the LISTEN connection use two connections of the
+    worker's own (opened with the pool's ``conninfo`` and ``kwargs``).
+    :meth:`run` blocks until :meth:`stop` (or SIGTERM/SIGINT when called in
+    the main thread); a sync handler cannot be interrupted, so a handler
+    that outlives the grace period keeps its thread (a daemon thread) but
+    writes nothing.
+    """
+
+    _async_handler = False
+    _wrong_handler = "an async def handler needs AsyncWorker (and an AsyncOffice)"
+
+    def _setup(self) -> None:
+        self._stop = threading.Event()
+        self._force = threading.Event()
+        self._closed = threading.Event()  # the end: heartbeats, LISTEN and retries stop
+        self._wake = threading.Event()
+        self._work: queue.SimpleQueue[_Slot | None] = queue.SimpleQueue()
+
+    def stop(self, *, force: bool = False) -> None:
+        """Stop claiming (the runs in flight get ``grace`` seconds); with
+        ``force``, hand them back without waiting. Callable from any thread,
+        and from a handler."""
+        self._stop.set()
+        if force:
+            self._force.set()
+        self._wake.set()
+
+    def run(self) -> None:
+        """Claim and handle runs until stopped; then let the runs in flight
+        finish (``grace``), hand back what is left, and return."""
+        core = self._core
+        in_main = threading.current_thread() is threading.main_thread()
+        previous = (
+            {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+            if in_main
+            else {}
+        )
+        own = ConnectionPool(
+            self.office.pool.conninfo,
+            kwargs=self.office.pool.kwargs,
+            min_size=2,
+            max_size=2,
+            timeout=max(1.0, min(core.heartbeat, 5.0)),
+            check=ConnectionPool.check_connection,
+            reconnect_timeout=10.0,
+            open=False,
+            name="office-worker",
+        )
+        own.open(wait=False)
+        helpers = [
+            threading.Thread(target=self._heartbeats, args=(own,), name="office-heartbeat"),
+            threading.Thread(target=self._listen, args=(own,), name="office-listen"),
+        ]
+        handlers = [
+            threading.Thread(target=self._handle, name=f"office-worker-{n}", daemon=True)
+            for n in range(core.concurrency)
+        ]
+        try:
+            for thread in (*helpers, *handlers):
+                thread.start()
+            core.started("worker")
+            self._dispatch()
+            self._shutdown()
+        finally:
+            self._closed.set()
+            for _ in handlers:
+                self._work.put(None)
+            for thread in helpers:
+                thread.join(10.0)
+            own.close(timeout=5.0)
+            for sig, previous_handler in previous.items():
+                signal.signal(sig, previous_handler)
+            core.stopped()
+
+    # the claim loop -------------------------------------------------------------
+
+    def _dispatch(self) -> None:
+        core = self._core
+        streak = 0
+        while not self._stop.is_set():
+            if core.in_flight() >= core.concurrency:
+                self._wake.wait()
+                self._wake.clear()
+                continue
+            self._wake.clear()
+            started = time.perf_counter()
+            try:
+                run = self.office.claim_run(core.worker_id, core.agent_profile_id)
+            except Exception as exc:
+                streak += 1
+                self._stop.wait(core.failed_call("claim", exc, streak))
+                continue
+            core.metrics.claim_seconds.observe(time.perf_counter() - started)
+            core.health.ok()
+            streak = 0
+            if run is None:
+                self._wake.wait(core.poll)
+            else:
+                self._work.put(core.begin(run))
+
+    def _shutdown(self) -> None:
+        core = self._core
+        core.stopping()
+        deadline = time.monotonic() + core.grace
+        while core.in_flight() and not self._force.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self._wake.wait(left)
+            self._wake.clear()
+        returned, writing = core.take_back()
+        until = time.monotonic() + HAND_BACK_SECONDS
+        for slot in returned:
+            self._hand_back(slot, until)
+        # Outcome writes in progress (the database may be away) get until the
+        # same deadline; their threads give up at ``_closed``.
+        while any(core.holds(s) for s in writing) and time.monotonic() < until:
+            self._wake.wait(0.1)
+            self._wake.clear()
+
+    def _hand_back(self, slot: _Slot, until: float) -> None:
+        core = self._core
+        streak = 0
+        while True:
+            try:
+                changed = self.office.retry_run(slot.run.id, slot.run.attempt, 0)
+            except Exception as exc:
+                streak += 1
+                if not _is_lost_connection(exc) or time.monotonic() >= until:
+                    core.not_written(slot, "hand back", exc)
+                    break
+                time.sleep(core.failed_call("hand back", exc, streak))
+                continue
+            core.health.ok()
+            if changed:
+                core.handed_back(slot)
+            break
+        core.end(slot)
+
+    # the handler threads ----------------------------------------------------------
+
+    def _handle(self) -> None:
+        while (slot := self._work.get()) is not None:
+            started = time.perf_counter()
+            try:
+                self.handler(slot.run)
+            except BaseException as exc:  # SystemExit from a handler fails its run too
+                outcome = _outcome_of(exc)
+            else:
+                outcome = _outcome_of(None)
+            seconds = time.perf_counter() - started
+            self._core.metrics.handler_seconds.observe(seconds)
+            if self._core.to_write(slot):
+                self._write(slot, outcome, seconds)
+            if slot.state is not _State.RETURNED:  # a returned run is ended by its hand-back
+                self._core.end(slot)
+            self._wake.set()
+
+    def _write(self, slot: _Slot, outcome: _Outcome, seconds: float) -> None:
+        core, run = self._core, slot.run
+        streak = 0
+        while True:
+            try:
+                if outcome.kind is _Kind.FINISHED:
+                    changed = self.office.finish_run(run.id, run.attempt)
+                elif outcome.kind is _Kind.RETRIED:
+                    changed = self.office.retry_run(run.id, run.attempt, outcome.delay)
+                else:
+                    changed = self.office.fail_run(run.id, run.attempt, outcome.message)
+            except Exception as exc:
+                streak += 1
+                if not _is_lost_connection(exc) or self._closed.is_set():
+                    core.not_written(slot, _VERB[outcome.kind], exc)
+                    return
+                self._closed.wait(core.failed_call("outcome", exc, streak))
+                continue
+            core.health.ok()
+            core.written(slot, outcome, changed, seconds)
+            return
+
+    # heartbeats and wake-ups --------------------------------------------------------
+
+    def _heartbeats(self, own: ConnectionPool[Any]) -> None:
+        core = self._core
+        streak = 0
+        while not self._closed.wait(_backoff(streak) if streak else core.heartbeat):
+            try:
+                with own.connection() as conn:
+                    conn.autocommit = True
+                    for slot in core.beating():
+                        core.beaten(slot, drive(core.beat(slot), partial(perform_psycopg, conn)))
+            except Exception as exc:
+                streak += 1
+                core.failed_call("heartbeat", exc, streak)
+                continue
+            streak = 0
+
+    def _listen(self, own: ConnectionPool[Any]) -> None:
+        core = self._core
+        streak = 0
+        while not self._closed.is_set():
+            try:
+                with own.connection() as conn:
+                    conn.autocommit = True
+                    conn.execute(f"LISTEN {CHANNEL}")
+                    streak = 0
+                    core.listening()
+                    # Anything sent while nobody listened: claim now.
+                    self._wake.set()
+                    while not self._closed.is_set():
+                        for notify in conn.notifies(timeout=0.5):
+                            if core.wanted(notify.payload):
+                                self._wake.set()
+            except Exception as exc:
+                streak += 1
+                self._closed.wait(core.failed_call("listen", exc, streak))
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.stop(force=self._core.on_signal(signum))
+
+
+# --- the asyncio worker -------------------------------------------------------------
