@@ -4,6 +4,7 @@ index however rare its matches are."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import psycopg
@@ -208,10 +209,14 @@ def test_an_unknown_status_is_22023(db: Conn) -> None:
 def test_an_office_reader_reads_through_the_functions_not_the_tables(db: Conn) -> None:
     db.execute("SELECT office.upsert_agent('a1', 'w')")
     db.execute("SELECT office.enqueue_run('a1', 'r')")
-    db.execute("CREATE ROLE dash_reader IN ROLE office_reader")
-    with db.transaction():
-        db.execute("SET LOCAL ROLE dash_reader")
-        assert len(db.execute("SELECT * FROM office.list_runs()").fetchall()) == 1
-        assert db.execute("SELECT queued FROM office.list_agents()").fetchall() == [(1,)]
-        with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            db.execute("SELECT * FROM office.runs")
+    name = f"dash_reader_{uuid.uuid4().hex[:12]}"
+    db.execute(f"CREATE ROLE {name} IN ROLE office_reader")
+    try:
+        with db.transaction():
+            db.execute(f"SET LOCAL ROLE {name}")
+            assert len(db.execute("SELECT * FROM office.list_runs()").fetchall()) == 1
+            assert db.execute("SELECT queued FROM office.list_agents()").fetchall() == [(1,)]
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                db.execute("SELECT * FROM office.runs")
+    finally:
+        db.execute(f"DROP ROLE {name}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import shutil
 import socket
 import subprocess
@@ -159,6 +160,37 @@ def test_agents_page(client: TestClient, office: psycopg.Connection[Any]) -> Non
     assert page.status_code == 200
     assert page.text.count('<tr class="agent">') == 2
     assert "pause…" not in page.text
+    # Queue depth per agent, and a2's claim with its worker and heartbeat.
+    queued = re.findall(r'<td class="num queued">([^<]*)</td>', page.text)
+    depth = office.execute(
+        "SELECT a.id, count(r.id) FROM office.agent_profiles a LEFT JOIN office.runs r"
+        " ON r.agent_profile_id = a.id AND r.status = 'queued' GROUP BY a.id ORDER BY a.id"
+    ).fetchall()
+    assert queued == [str(n) for _, n in depth]
+    claimed = office.execute(
+        "SELECT id, claimed_by FROM office.runs WHERE status = 'claimed'"
+    ).fetchone()
+    assert claimed is not None
+    assert f'<a href="/runs/{claimed[0]}">' in page.text and f"<td>{claimed[1]}</td>" in page.text
+    assert re.search(r'<td class="heartbeat">[^<]+ ago</td>', page.text)
+
+
+def test_a_rare_filter_searches_window_by_window(
+    client: TestClient, office: psycopg.Connection[Any]
+) -> None:
+    office.execute(
+        "INSERT INTO office.runs (id, agent_profile_id, reason, status)"
+        " SELECT office._uuid_v7(), 'a1', 'bulk', 'finished' FROM generate_series(1, 10050)"
+    )
+    first = client.get("/runs", params={"reason": "issue-2"}).text
+    # issue-2 is older than the newest 10,000 runs: the first page searched
+    # them, found nothing, and offers the next window.
+    assert "no runs match" in first and "search older runs" in first
+    link = re.search(r'<a rel="next" href="/runs\?([^"]+)">', first)
+    assert link
+    older = client.get("/runs?" + link.group(1).replace("&amp;", "&")).text
+    assert older.count('<tr class="run">') == 1 and "<td>issue-2</td>" in older
+    assert 'rel="next"' not in older
 
 
 def test_cancel_run_with_confirmation(actions: TestClient, office: psycopg.Connection[Any]) -> None:
@@ -222,22 +254,40 @@ def test_actions_off_are_absent_and_refused(
     )
 
 
-def test_office_reader_sees_views_not_tables_and_may_not_act(
+def test_office_reader_sees_every_page_and_may_not_act(
     dsn: str, office: psycopg.Connection[Any]
 ) -> None:
     reader = dsn + "?options=-crole%3Doffice_reader"
+    row = office.execute("SELECT id FROM office.runs ORDER BY id DESC LIMIT 1").fetchone()
+    assert row is not None
     with TestClient(create_app(reader, allow_actions=True)) as http:
         overview = http.get("/")
         assert overview.status_code == 200 and "as office_reader" in overview.text
-        runs = http.get("/runs")
-        assert runs.status_code == 403 and "Not visible to this role" in runs.text
-        assert "Traceback" not in runs.text
-        row = office.execute("SELECT id FROM office.runs LIMIT 1").fetchone()
-        assert row is not None
+        # The pages read through the dashboard's functions (granted to
+        # office_reader), never the tables (granted to nobody).
+        for path in ("/runs", "/agents", "/tasks", "/routines", "/wakeups", "/events"):
+            page = http.get(path)
+            assert page.status_code == 200, (path, page.text)
+            assert "/actions/" not in page.text
+        assert row[0] in http.get("/runs").text
         page = http.get(f"/runs/{row[0]}")  # get_run is granted to office_reader
         assert page.status_code == 200 and "/actions/cancel_run" not in page.text
         refused = http.post("/actions/cancel_run", data={"target": row[0], "csrf": "x"})
         assert refused.status_code == 403 and "may not call office.cancel_run" in refused.text
+
+
+def test_a_role_without_office_grants_is_told_what_it_may_not_see(
+    dsn: str, office: psycopg.Connection[Any]
+) -> None:
+    name = f"ui_stranger_{secrets.token_hex(6)}"
+    office.execute(f"CREATE ROLE {name}")
+    try:
+        with TestClient(create_app(dsn + f"?options=-crole%3D{name}")) as http:
+            runs = http.get("/runs")
+            assert runs.status_code == 403 and "Not visible to this role" in runs.text
+            assert "Traceback" not in runs.text
+    finally:
+        office.execute(f"DROP ROLE {name}")
 
 
 def test_database_down_is_a_banner() -> None:
