@@ -482,3 +482,58 @@ def test_pages_run_under_a_statement_timeout(client: TestClient) -> None:
     with database.dashboard() as dash, dash.office.pool.connection() as conn:
         row = conn.execute("SHOW statement_timeout").fetchone()
     assert row == (app.STATEMENT_TIMEOUT,)
+
+
+CHROMEDRIVER = shutil.which("chromedriver")
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None or CHROMEDRIVER is None, reason="chromium and chromium-driver are needed"
+)
+def test_click_through_in_a_real_browser(
+    dsn: str, family: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    """Headless Chromium (Debian's chromium and chromium-driver, driven by
+    selenium): the overview, a run page and a task page render, one action
+    goes through its confirmation, and no page logs a console error."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+
+    run = family.execute("SELECT id FROM office.runs WHERE idempotency_key = 'issue:2'").fetchone()
+    assert run is not None
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--window-size=1100,1500"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    with served(dsn, "--allow-actions") as (url, _):
+        driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+        try:
+
+            def visit(path: str, shot: str) -> str:
+                driver.get(url.rstrip("/") + path)
+                driver.save_screenshot(str(tmp_path / f"{shot}.png"))
+                errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+                assert errors == [], (path, errors)
+                return str(driver.find_element(By.TAG_NAME, "main").text)
+
+            overview = visit("/", "overview")
+            assert "as postgres" in overview and "queued" in overview
+            page = visit(f"/runs/{run[0]}", "run")
+            assert run[0] in page and "issue:2" in page
+            epic = visit("/tasks/epic", "task")
+            assert HOSTILE in epic  # the hostile title is shown as text, escaped
+            # One action through its confirmation: cancel the run.
+            visit(f"/runs/{run[0]}", "run-again")
+            driver.find_element(By.CSS_SELECTOR, "a[href*='/actions/cancel_run']").click()
+            assert "Confirm: cancel run" in driver.find_element(By.TAG_NAME, "main").text
+            driver.find_element(By.CSS_SELECTOR, "form button[type=submit]").click()
+            assert driver.find_element(By.ID, "outcome").text == "true"
+            driver.save_screenshot(str(tmp_path / "outcome.png"))
+            assert [e for e in driver.get_log("browser") if e["level"] == "SEVERE"] == []
+        finally:
+            driver.quit()
+    status = family.execute("SELECT status FROM office.runs WHERE id = %s", run).fetchone()
+    assert status == ("cancelled",)
+    assert all((tmp_path / f"{n}.png").stat().st_size > 0 for n in ("overview", "run", "task"))
