@@ -511,11 +511,15 @@ def test_click_through_in_a_real_browser(
         driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
         try:
 
+            def console_errors() -> list[dict[str, Any]]:
+                # selenium leaves get_log untyped.
+                entries: list[dict[str, Any]] = driver.get_log("browser")  # type: ignore[no-untyped-call]
+                return [e for e in entries if e["level"] == "SEVERE"]
+
             def visit(path: str, shot: str) -> str:
                 driver.get(url.rstrip("/") + path)
                 driver.save_screenshot(str(tmp_path / f"{shot}.png"))
-                errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
-                assert errors == [], (path, errors)
+                assert console_errors() == [], path
                 return str(driver.find_element(By.TAG_NAME, "main").text)
 
             overview = visit("/", "overview")
@@ -531,7 +535,7 @@ def test_click_through_in_a_real_browser(
             driver.find_element(By.CSS_SELECTOR, "form button[type=submit]").click()
             assert driver.find_element(By.ID, "outcome").text == "true"
             driver.save_screenshot(str(tmp_path / "outcome.png"))
-            assert [e for e in driver.get_log("browser") if e["level"] == "SEVERE"] == []
+            assert console_errors() == []
         finally:
             driver.quit()
     status = family.execute("SELECT status FROM office.runs WHERE id = %s", run).fetchone()
