@@ -114,6 +114,8 @@ ROUTES: dict[str, Route] = {
     # must be split by shard: not served through the proxy yet.
     "claim_events": "unsupported",
     "list_events": "unsupported",
+    # Rows per status to add up across shards (and estimates to combine).
+    "run_status_counts": "unsupported",
     "ack_events": "unsupported",
     "set_aside": "unsupported",
     "release_poison": "unsupported",

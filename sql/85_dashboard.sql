@@ -369,3 +369,56 @@ COMMENT ON FUNCTION office.list_events(bigint, int) IS
     'One page of the outbox, newest first, before before_id, at most page_size (1..500). Bad page_size 22023.';
 REVOKE EXECUTE ON FUNCTION office.list_events(bigint, int) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.list_events(bigint, int) TO office_reader, office_admin;
+
+-- Runs per status for the overview without reading the run table whole
+-- (office.queue_stats counts every run: a scan of millions of rows). Queued
+-- and claimed runs are counted exactly from their partial indexes: a cost
+-- that follows the backlog, which is what an operator needs exactly. The
+-- finished, failed and cancelled runs are the history; past 100,000 runs
+-- (the planner's estimate) they are the estimate of the last ANALYZE
+-- (reltuples times the status's frequency), marked exact = false.
+CREATE FUNCTION office.run_status_counts()
+    RETURNS TABLE (status text, agents bigint, runs bigint, oldest_requested_at timestamptz,
+                   exact boolean)
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_estimate real;
+BEGIN
+    RETURN QUERY
+        SELECT s.status, count(DISTINCT r.agent_profile_id), count(r.id), min(r.requested_at), true
+          FROM (VALUES (1, 'queued'), (2, 'claimed')) AS s(ord, status)
+          LEFT JOIN office.runs r ON r.status = s.status
+         GROUP BY s.ord, s.status
+         ORDER BY s.ord;
+    SELECT c.reltuples INTO v_estimate FROM pg_catalog.pg_class c WHERE c.oid = 'office.runs'::regclass;
+    IF v_estimate < 100000 THEN
+        RETURN QUERY
+            SELECT s.status, count(DISTINCT r.agent_profile_id), count(r.id), min(r.requested_at), true
+              FROM (VALUES (3, 'finished'), (4, 'failed'), (5, 'cancelled')) AS s(ord, status)
+              LEFT JOIN office.runs r ON r.status = s.status
+                                     AND r.status IN ('finished', 'failed', 'cancelled')
+             GROUP BY s.ord, s.status
+             ORDER BY s.ord;
+        RETURN;
+    END IF;
+    RETURN QUERY
+        SELECT s.status, NULL::bigint,
+               round(v_estimate * coalesce(f.freq, 0))::bigint, NULL::timestamptz, false
+          FROM (VALUES (3, 'finished'), (4, 'failed'), (5, 'cancelled')) AS s(ord, status)
+          LEFT JOIN (SELECT v.val, v.freq
+                       FROM pg_catalog.pg_stats st
+                      CROSS JOIN LATERAL unnest(st.most_common_vals::text::text[],
+                                                st.most_common_freqs) AS v(val, freq)
+                      WHERE st.schemaname = 'office' AND st.tablename = 'runs'
+                        AND st.attname = 'status') f ON f.val = s.status
+         ORDER BY s.ord;
+END
+$$;
+COMMENT ON FUNCTION office.run_status_counts() IS
+    'Runs per status without reading the whole run table: queued and claimed exactly (agents, runs, oldest requested_at); finished, failed and cancelled exactly while the table holds under 100,000 runs (planner estimate), else the last ANALYZE''s estimate (agents and oldest NULL, exact false).';
+REVOKE EXECUTE ON FUNCTION office.run_status_counts() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.run_status_counts() TO office_reader, office_admin;

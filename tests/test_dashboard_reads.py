@@ -220,3 +220,19 @@ def test_an_office_reader_reads_through_the_functions_not_the_tables(db: Conn) -
                 db.execute("SELECT * FROM office.runs")
     finally:
         db.execute(f"DROP ROLE {name}")
+
+
+def test_run_status_counts_are_queue_stats_on_a_small_table(db: Conn) -> None:
+    db.execute("SELECT office.upsert_agent('a1', 'w'), office.upsert_agent('a2', 'w')")
+    for reason in ("r1", "r2", "r3"):
+        db.execute("SELECT office.enqueue_run('a1', %s)", (reason,))
+    db.execute("SELECT office.enqueue_run('a2', 'r1')")
+    claimed = db.execute("SELECT id, attempt FROM office.claim_run('w', 'a1')").fetchone()
+    assert claimed is not None
+    db.execute("SELECT office.finish_run(%s, %s)", claimed)
+    db.execute("SELECT office.claim_run('w', 'a1')")
+    counts = db.execute(
+        "SELECT status, agents, runs, oldest_requested_at, exact FROM office.run_status_counts()"
+    ).fetchall()
+    stats = db.execute("SELECT status, agents, runs, oldest_requested_at FROM office.queue_stats")
+    assert counts == [(*row, True) for row in stats.fetchall()]

@@ -270,6 +270,7 @@ RECIPES: dict[str, dict[str, str | None]] = {
         "page_size": "10",
     },
     "run_window_end": {"before_id": "<queued_run>"},
+    "run_status_counts": {},
     "list_agents": {"after_id": "a", "page_size": "10"},
     "list_tasks": {"before_id": "Z", "page_size": "10"},
     "list_task_children": {"parent_task_id": "P", "after_id": None, "page_size": "10"},

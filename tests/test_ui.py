@@ -290,6 +290,43 @@ def test_a_role_without_office_grants_is_told_what_it_may_not_see(
         office.execute(f"DROP ROLE {name}")
 
 
+def test_a_page_past_its_statement_timeout_says_so_and_the_next_one_works(
+    dsn: str, office: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(app, "STATEMENT_TIMEOUT", "300ms")
+    with TestClient(create_app(dsn)) as http, psycopg.connect(dsn) as locker:
+        assert http.get("/runs").status_code == 200
+        locker.execute("LOCK TABLE office.runs IN ACCESS EXCLUSIVE MODE")
+        page = http.get("/runs")  # waits on the lock until statement_timeout
+        assert page.status_code == 400 and "57014" in page.text
+        assert "not reachable" not in page.text and "Traceback" not in page.text
+        locker.rollback()
+        assert http.get("/runs").status_code == 200
+
+
+def test_the_overview_estimates_the_history_of_a_large_table(
+    client: TestClient, office: psycopg.Connection[Any]
+) -> None:
+    office.execute(
+        "INSERT INTO office.runs (id, agent_profile_id, reason, status, finished_at)"
+        " SELECT office._uuid_v7(), 'a1', 'bulk', 'finished', now()"
+        " FROM generate_series(1, 120000)"
+    )
+    office.execute("ANALYZE office.runs")
+    page = client.get("/").text
+    exact = office.execute("SELECT status, runs FROM office.queue_stats").fetchall()
+    for status, runs in exact:
+        shown = re.search(rf'data-stat="runs-{status}">(≈ )?([0-9]+)', page)
+        assert shown, status
+        if status in ("queued", "claimed"):
+            assert shown.group(1) is None and int(shown.group(2)) == runs
+        else:  # the history: ANALYZE's estimate, marked
+            assert shown.group(1) == "≈ "
+    finished = re.search(r'data-stat="runs-finished">≈ ([0-9]+)', page)
+    assert finished and abs(int(finished.group(1)) - 120_001) < 12_000
+    assert "the estimate of the last ANALYZE" in page
+
+
 def test_database_down_is_a_banner() -> None:
     with TestClient(create_app("postgresql://nobody:s3cret@127.0.0.1:1/none", timeout=1)) as http:
         for path in ("/", "/runs", "/agents"):

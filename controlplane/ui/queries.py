@@ -50,12 +50,16 @@ class NotVisible(Exception):
 
 
 class QueueStat(BaseModel):
+    """A row of ``office.run_status_counts()``: the history's statuses are
+    an estimate (``exact`` false, no agents or oldest) on a large table."""
+
     model_config = ConfigDict(frozen=True)
 
     status: RunStatus
-    agents: int
+    agents: int | None
     runs: int
     oldest_requested_at: datetime | None
+    exact: bool
 
 
 class DedupStat(BaseModel):
@@ -303,9 +307,7 @@ class Dashboard:
             )
 
     def queue_stats(self) -> list[QueueStat]:
-        rows = self._rows(
-            "SELECT status, agents, runs, oldest_requested_at FROM office.queue_stats"
-        )
+        rows = self._rows("SELECT * FROM office.run_status_counts()")
         return [QueueStat.model_validate(row) for row in rows]
 
     def dedup_stats(self) -> list[DedupStat]:

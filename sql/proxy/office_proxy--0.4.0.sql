@@ -1733,6 +1733,20 @@ COMMENT ON FUNCTION office.run_keys(run_id text) IS
 REVOKE EXECUTE ON FUNCTION office.run_keys(run_id text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.run_keys(run_id text) TO office_admin, office_producer, office_reader, office_worker;
 
+CREATE FUNCTION office.run_status_counts() RETURNS TABLE(status text, agents bigint, runs bigint, oldest_requested_at timestamp with time zone, exact boolean)
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = '0A000',
+        MESSAGE = 'office_proxy: office.run_status_counts is not served through the proxy yet; call it on the shards (docs/scale-out.md)';
+END
+$fn$;
+COMMENT ON FUNCTION office.run_status_counts() IS
+    'Runs per status without reading the whole run table: queued and claimed exactly (agents, runs, oldest requested_at); finished, failed and cancelled exactly while the table holds under 100,000 runs (planner estimate), else the last ANALYZE''s estimate (agents and oldest NULL, exact false).';
+REVOKE EXECUTE ON FUNCTION office.run_status_counts() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.run_status_counts() TO office_admin, office_reader;
+
 CREATE FUNCTION office._all_run_window_end(_part integer, _a1 text) RETURNS SETOF text
     LANGUAGE plproxy
     SET search_path = pg_catalog, pg_temp
