@@ -24,8 +24,10 @@ import psycopg
 import pytest
 from starlette.testclient import TestClient
 
+from controlplane.migrate import migrate
 from controlplane.ui import app, chart, create_app
 from controlplane.ui.queries import PAGE_SIZE
+from tests import proxy_topology
 
 HOSTILE = "<script>alert('x')</script>\"'&"
 
@@ -325,6 +327,24 @@ def test_the_overview_estimates_the_history_of_a_large_table(
     finished = re.search(r'data-stat="runs-finished">≈ ([0-9]+)', page)
     assert finished and abs(int(finished.group(1)) - 20_001) < 2_000
     assert "the estimate of the last ANALYZE" in page
+
+
+@pytest.mark.skipif(
+    not (proxy_topology.pg_bindir() / "pg_ctl").exists(), reason="no pg_ctl for a second cluster"
+)
+def test_the_database_stopped_under_the_ui_is_a_banner_until_it_is_back() -> None:
+    with proxy_topology.second_cluster() as cluster:
+        url = f"postgresql://postgres@127.0.0.1:{cluster.port}/postgres"
+        migrate(url)  # the plain-SQL install: no extension files needed there
+        with TestClient(create_app(url, timeout=2)) as http:
+            assert http.get("/runs").status_code == 200
+            cluster.stop()
+            for path in ("/", "/runs"):
+                down = http.get(path)
+                assert down.status_code == 503 and "The database is not reachable" in down.text
+            cluster.start()
+            assert http.get("/").status_code == 200
+            assert http.get("/runs").status_code == 200
 
 
 def test_database_down_is_a_banner() -> None:
