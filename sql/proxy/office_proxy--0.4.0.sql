@@ -1743,7 +1743,7 @@ BEGIN
 END
 $fn$;
 COMMENT ON FUNCTION office.run_status_counts() IS
-    'Runs per status without reading the whole run table: queued and claimed exactly (agents, runs, oldest requested_at); finished, failed and cancelled exactly while the table holds under 100,000 runs (planner estimate), else the last ANALYZE''s estimate (agents and oldest NULL, exact false).';
+    'Runs per status without reading the whole run table: queued and claimed exactly (agents, runs, oldest requested_at); finished, failed and cancelled exactly while the table holds under 10,000 runs (planner estimate), else the last ANALYZE''s estimate (agents and oldest NULL, exact false).';
 REVOKE EXECUTE ON FUNCTION office.run_status_counts() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.run_status_counts() TO office_admin, office_reader;
 
