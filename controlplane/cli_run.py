@@ -188,9 +188,23 @@ def run(
 )
 @click.option("--seed", type=int, default=None, help="Seed of the producers' choices.")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable report.")
+@click.option(
+    "--ui",
+    "with_ui",
+    is_flag=True,
+    help="After the race, keep the dashboard (officectl ui) up on the demo's database.",
+)
+@click.option("--ui-port", default=8765, show_default=True, type=click.IntRange(0, 65535))
 @click.pass_obj
 @one_line_errors
-def demo(obj: Context, seconds: float, seed: int | None, as_json: bool) -> None:
+def demo(
+    obj: Context,
+    seconds: float,
+    seed: int | None,
+    as_json: bool,
+    with_ui: bool,
+    ui_port: int,
+) -> None:
     """Race producers, workers and the control plane against one database
     for a few seconds, then show what was suppressed and check the
     invariants (exit status 1 if one fails)."""
@@ -198,4 +212,9 @@ def demo(obj: Context, seconds: float, seed: int | None, as_json: bool) -> None:
 
     url = obj.database_url()
     report = run_demo(url, seconds=seconds, seed=seed, as_json=as_json, debug=obj.debug)
+    if with_ui:
+        from controlplane.cli_ui import serve
+
+        # Read-only on 127.0.0.1: the demo's data is there to look at.
+        serve(url, host="127.0.0.1", port=ui_port, allow_actions=False)
     sys.exit(0 if report.ok else 1)

@@ -25,6 +25,12 @@ from controlplane.cli_base import Context, connect, one_line_errors, stdout
 def ui(obj: Context, host: str, port: int, allow_actions: bool) -> None:
     """The operator's dashboard: server-rendered pages over office's views
     and functions, read-only unless --allow-actions."""
+    serve(obj.database_url(), host=host, port=port, allow_actions=allow_actions)
+
+
+def serve(url: str, *, host: str, port: int, allow_actions: bool) -> None:
+    """Serve the dashboard on ``url`` until Ctrl-C (``officectl ui``, and
+    ``officectl demo --ui`` after its race)."""
     try:
         import uvicorn
 
@@ -34,7 +40,6 @@ def ui(obj: Context, host: str, port: int, allow_actions: bool) -> None:
             f"officectl ui needs the ui extra ({exc.name} is missing): "
             "pip install 'office-controlplane[ui]'"
         ) from None
-    url = obj.database_url()
     connect(url).close()  # a wrong DSN is one line now, not a banner later
     app = create_app(url, allow_actions=allow_actions)
     shown = f"[{host}]" if ":" in host else host

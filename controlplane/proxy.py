@@ -16,6 +16,7 @@ Routing kinds:
   partition of the workspace, or of the entity (``office._route``);
 * ``"local"``: a pure key builder, copied and run on the proxy itself;
 * ``"sum"``: every shard, counts added;
+* ``"max"``: every shard, the greatest value (NULL when every shard says NULL);
 * ``("ordered", arg, order)``: every shard, merged rows ordered and limited;
 * ``("budget", arg)``: the shards in turn, each given what is left of the
   limit, so the work done in all is at most the limit;
@@ -93,11 +94,29 @@ ROUTES: dict[str, Route] = {
     "dispatch_queued_wakeups": ("budget", "max_rows"),
     "take_poison_reports": ("budget", "max_rows"),
     "claim_run": "claim",
+    # The dashboard's reads (sql/85_dashboard.sql): lists merged newest first
+    # (or by id) and cut to the page; the run window ends where the newest of
+    # the shards' windows ends, so no shard's runs are skipped or repeated.
+    "list_runs": ("ordered", "page_size", "id DESC"),
+    "run_window_end": "max",
+    "list_agents": ("ordered", "page_size", "id"),
+    "list_tasks": ("ordered", "page_size", "id DESC"),
+    "list_routines": ("ordered", "page_size", "id DESC"),
+    "list_wakeups": ("ordered", "page_size", "id DESC"),
+    "list_task_children": ("entity", "task", "parent_task_id"),
+    "list_task_blockers": ("entity", "task", "task_id"),
+    "get_parent_receipt": ("entity", "task", "parent_task_id"),
+    "get_routine": ("entity", "routine", "routine_id"),
+    "list_routine_triggers": ("entity", "routine", "routine_id"),
+    "list_routine_runs": ("entity", "routine", "routine_id"),
     "schema_version": "version",
     # Event ids are a per-shard sequence (they collide across shards), the
     # poison calls name a row whose kind depends on the loop, and enqueue_runs
     # must be split by shard: not served through the proxy yet.
     "claim_events": "unsupported",
+    "list_events": "unsupported",
+    # Rows per status to add up across shards (and estimates to combine).
+    "run_status_counts": "unsupported",
     "ack_events": "unsupported",
     "set_aside": "unsupported",
     "release_poison": "unsupported",
@@ -275,6 +294,10 @@ def function_sql(fn: Function) -> str:
             f"    SELECT coalesce(pg_catalog.sum(n), 0)::{fn.result}"
             f" FROM {helper}({_args(fn, '0')}) AS n"
         )
+        return sql + _wrapper(fn, "sql", body)
+    if route == "max":
+        helper, sql = _helper(fn, "all", "ALL", _setof(fn.result))
+        body = f"    SELECT pg_catalog.max(x) FROM {helper}({_args(fn, '0')}) AS x"
         return sql + _wrapper(fn, "sql", body)
     if route == "version":
         helper, sql = _helper(fn, "all", "ALL", _setof(fn.result))

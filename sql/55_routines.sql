@@ -128,6 +128,9 @@ CREATE INDEX idx_office_routine_runs_active_fingerprint
 CREATE INDEX idx_office_routine_runs_linked_task
     ON office.routine_runs (linked_task_id, created_at DESC)
     WHERE linked_task_id <> '';
+-- list_routine_runs (the dashboard's routine page): a routine's runs, newest
+-- first, and the cascade when a routine is deleted (since 0.4.0).
+CREATE INDEX idx_routine_runs_routine ON office.routine_runs (routine_id, id);
 
 CREATE TYPE office.dispatch_routine_result AS (
     routine_run_id        text,

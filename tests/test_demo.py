@@ -4,10 +4,16 @@ database; the report's invariants are read from the database itself."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import httpx
 import psycopg
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,3 +91,47 @@ def test_demo_prints_its_tables(dsn: str) -> None:
     assert "Invariants (read from the database)" in result.stdout
     assert "all invariants held" in result.stdout
     assert "Traceback" not in result.stderr
+
+
+def test_demo_ui_keeps_the_dashboard_up_on_the_demos_database(dsn: str) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = subprocess.Popen(
+        [str(OFFICECTL), "--dsn", dsn, "demo", "--seconds", "1", "--ui", "--ui-port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=os.environ | {"PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        assert proc.stdout is not None
+        seen = []
+        for line in proc.stdout:  # the report, then the dashboard's line
+            seen.append(line)
+            if line.startswith("officectl ui on "):
+                break
+        assert "all invariants held" in "".join(seen) and f":{port}/" in seen[-1], seen
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(600):  # the line is printed before uvicorn binds
+            try:
+                overview = httpx.get(url + "/", timeout=10)
+                break
+            except httpx.ConnectError:
+                assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+                time.sleep(0.1)
+        assert overview.status_code == 200
+        assert "read-only" in overview.text.split("<main>")[0]  # no actions on the demo
+        finished = re.search(r'data-stat="runs-finished">([0-9]+)', overview.text)
+        agents = httpx.get(url + "/agents", timeout=10).text
+        with psycopg.connect(dsn, autocommit=True) as db:
+            count = db.execute("SELECT count(*) FROM office.agent_profiles").fetchone()
+            runs = db.execute("SELECT count(*) FROM office.runs WHERE status = 'finished'")
+            done = runs.fetchone()
+        assert count is not None and agents.count('<tr class="agent">') == min(count[0], 50)
+        # The race is over: the overview's numbers are the database's.
+        assert finished and done and int(finished.group(1)) == done[0] > 0
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0

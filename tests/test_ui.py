@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import shutil
 import socket
 import subprocess
@@ -23,8 +24,10 @@ import psycopg
 import pytest
 from starlette.testclient import TestClient
 
+from controlplane.migrate import migrate
 from controlplane.ui import app, chart, create_app
 from controlplane.ui.queries import PAGE_SIZE
+from tests import proxy_topology
 
 HOSTILE = "<script>alert('x')</script>\"'&"
 
@@ -159,6 +162,37 @@ def test_agents_page(client: TestClient, office: psycopg.Connection[Any]) -> Non
     assert page.status_code == 200
     assert page.text.count('<tr class="agent">') == 2
     assert "pause…" not in page.text
+    # Queue depth per agent, and a2's claim with its worker and heartbeat.
+    queued = re.findall(r'<td class="num queued">([^<]*)</td>', page.text)
+    depth = office.execute(
+        "SELECT a.id, count(r.id) FROM office.agent_profiles a LEFT JOIN office.runs r"
+        " ON r.agent_profile_id = a.id AND r.status = 'queued' GROUP BY a.id ORDER BY a.id"
+    ).fetchall()
+    assert queued == [str(n) for _, n in depth]
+    claimed = office.execute(
+        "SELECT id, claimed_by FROM office.runs WHERE status = 'claimed'"
+    ).fetchone()
+    assert claimed is not None
+    assert f'<a href="/runs/{claimed[0]}">' in page.text and f"<td>{claimed[1]}</td>" in page.text
+    assert re.search(r'<td class="heartbeat">[^<]+ ago</td>', page.text)
+
+
+def test_a_rare_filter_searches_window_by_window(
+    client: TestClient, office: psycopg.Connection[Any]
+) -> None:
+    office.execute(
+        "INSERT INTO office.runs (id, agent_profile_id, reason, status)"
+        " SELECT office._uuid_v7(), 'a1', 'bulk', 'finished' FROM generate_series(1, 10050)"
+    )
+    first = client.get("/runs", params={"reason": "issue-2"}).text
+    # issue-2 is older than the newest 10,000 runs: the first page searched
+    # them, found nothing, and offers the next window.
+    assert "no runs match" in first and "search older runs" in first
+    link = re.search(r'<a rel="next" href="/runs\?([^"]+)">', first)
+    assert link
+    older = client.get("/runs?" + link.group(1).replace("&amp;", "&")).text
+    assert older.count('<tr class="run">') == 1 and "<td>issue-2</td>" in older
+    assert 'rel="next"' not in older
 
 
 def test_cancel_run_with_confirmation(actions: TestClient, office: psycopg.Connection[Any]) -> None:
@@ -222,22 +256,95 @@ def test_actions_off_are_absent_and_refused(
     )
 
 
-def test_office_reader_sees_views_not_tables_and_may_not_act(
+def test_office_reader_sees_every_page_and_may_not_act(
     dsn: str, office: psycopg.Connection[Any]
 ) -> None:
     reader = dsn + "?options=-crole%3Doffice_reader"
+    row = office.execute("SELECT id FROM office.runs ORDER BY id DESC LIMIT 1").fetchone()
+    assert row is not None
     with TestClient(create_app(reader, allow_actions=True)) as http:
         overview = http.get("/")
         assert overview.status_code == 200 and "as office_reader" in overview.text
-        runs = http.get("/runs")
-        assert runs.status_code == 403 and "Not visible to this role" in runs.text
-        assert "Traceback" not in runs.text
-        row = office.execute("SELECT id FROM office.runs LIMIT 1").fetchone()
-        assert row is not None
+        # The pages read through the dashboard's functions (granted to
+        # office_reader), never the tables (granted to nobody).
+        for path in ("/runs", "/agents", "/tasks", "/routines", "/wakeups", "/events"):
+            page = http.get(path)
+            assert page.status_code == 200, (path, page.text)
+            assert "/actions/" not in page.text
+        assert row[0] in http.get("/runs").text
         page = http.get(f"/runs/{row[0]}")  # get_run is granted to office_reader
         assert page.status_code == 200 and "/actions/cancel_run" not in page.text
         refused = http.post("/actions/cancel_run", data={"target": row[0], "csrf": "x"})
         assert refused.status_code == 403 and "may not call office.cancel_run" in refused.text
+
+
+def test_a_role_without_office_grants_is_told_what_it_may_not_see(
+    dsn: str, office: psycopg.Connection[Any]
+) -> None:
+    name = f"ui_stranger_{secrets.token_hex(6)}"
+    office.execute(f"CREATE ROLE {name}")
+    try:
+        with TestClient(create_app(dsn + f"?options=-crole%3D{name}")) as http:
+            runs = http.get("/runs")
+            assert runs.status_code == 403 and "Not visible to this role" in runs.text
+            assert "Traceback" not in runs.text
+    finally:
+        office.execute(f"DROP ROLE {name}")
+
+
+def test_a_page_past_its_statement_timeout_says_so_and_the_next_one_works(
+    dsn: str, office: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(app, "STATEMENT_TIMEOUT", "300ms")
+    with TestClient(create_app(dsn)) as http, psycopg.connect(dsn) as locker:
+        assert http.get("/runs").status_code == 200
+        locker.execute("LOCK TABLE office.runs IN ACCESS EXCLUSIVE MODE")
+        page = http.get("/runs")  # waits on the lock until statement_timeout
+        assert page.status_code == 400 and "57014" in page.text
+        assert "not reachable" not in page.text and "Traceback" not in page.text
+        locker.rollback()
+        assert http.get("/runs").status_code == 200
+
+
+def test_the_overview_estimates_the_history_of_a_large_table(
+    client: TestClient, office: psycopg.Connection[Any]
+) -> None:
+    office.execute(
+        "INSERT INTO office.runs (id, agent_profile_id, reason, status, finished_at)"
+        " SELECT office._uuid_v7(), 'a1', 'bulk', 'finished', now()"
+        " FROM generate_series(1, 20000)"
+    )
+    office.execute("ANALYZE office.runs")
+    page = client.get("/").text
+    exact = office.execute("SELECT status, runs FROM office.queue_stats").fetchall()
+    for status, runs in exact:
+        shown = re.search(rf'data-stat="runs-{status}">(≈ )?([0-9]+)', page)
+        assert shown, status
+        if status in ("queued", "claimed"):
+            assert shown.group(1) is None and int(shown.group(2)) == runs
+        else:  # the history: ANALYZE's estimate, marked
+            assert shown.group(1) == "≈ "
+    finished = re.search(r'data-stat="runs-finished">≈ ([0-9]+)', page)
+    assert finished and abs(int(finished.group(1)) - 20_001) < 2_000
+    assert "the estimate of the last ANALYZE" in page
+
+
+@pytest.mark.skipif(
+    not (proxy_topology.pg_bindir() / "pg_ctl").exists(), reason="no pg_ctl for a second cluster"
+)
+def test_the_database_stopped_under_the_ui_is_a_banner_until_it_is_back() -> None:
+    with proxy_topology.second_cluster() as cluster:
+        url = f"postgresql://postgres@127.0.0.1:{cluster.port}/postgres"
+        migrate(url)  # the plain-SQL install: no extension files needed there
+        with TestClient(create_app(url, timeout=2)) as http:
+            assert http.get("/runs").status_code == 200
+            cluster.stop()
+            for path in ("/", "/runs"):
+                down = http.get(path)
+                assert down.status_code == 503 and "The database is not reachable" in down.text
+            cluster.start()
+            assert http.get("/").status_code == 200
+            assert http.get("/runs").status_code == 200
 
 
 def test_database_down_is_a_banner() -> None:
@@ -432,3 +539,62 @@ def test_pages_run_under_a_statement_timeout(client: TestClient) -> None:
     with database.dashboard() as dash, dash.office.pool.connection() as conn:
         row = conn.execute("SHOW statement_timeout").fetchone()
     assert row == (app.STATEMENT_TIMEOUT,)
+
+
+CHROMEDRIVER = shutil.which("chromedriver")
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None or CHROMEDRIVER is None, reason="chromium and chromium-driver are needed"
+)
+def test_click_through_in_a_real_browser(
+    dsn: str, family: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    """Headless Chromium (Debian's chromium and chromium-driver, driven by
+    selenium): the overview, a run page and a task page render, one action
+    goes through its confirmation, and no page logs a console error."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+
+    run = family.execute("SELECT id FROM office.runs WHERE idempotency_key = 'issue:2'").fetchone()
+    assert run is not None
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--window-size=1100,1500"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    with served(dsn, "--allow-actions") as (url, _):
+        driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+        try:
+
+            def console_errors() -> list[dict[str, Any]]:
+                # selenium leaves get_log untyped.
+                entries: list[dict[str, Any]] = driver.get_log("browser")  # type: ignore[no-untyped-call]
+                return [e for e in entries if e["level"] == "SEVERE"]
+
+            def visit(path: str, shot: str) -> str:
+                driver.get(url.rstrip("/") + path)
+                driver.save_screenshot(str(tmp_path / f"{shot}.png"))
+                assert console_errors() == [], path
+                return str(driver.find_element(By.TAG_NAME, "main").text)
+
+            overview = visit("/", "overview")
+            assert "as postgres" in overview and "queued" in overview
+            page = visit(f"/runs/{run[0]}", "run")
+            assert run[0] in page and "issue:2" in page
+            epic = visit("/tasks/epic", "task")
+            assert HOSTILE in epic  # the hostile title is shown as text, escaped
+            # One action through its confirmation: cancel the run.
+            visit(f"/runs/{run[0]}", "run-again")
+            driver.find_element(By.CSS_SELECTOR, "a[href*='/actions/cancel_run']").click()
+            assert "Confirm: cancel run" in driver.find_element(By.TAG_NAME, "main").text
+            driver.find_element(By.CSS_SELECTOR, "form button[type=submit]").click()
+            assert driver.find_element(By.ID, "outcome").text == "true"
+            driver.save_screenshot(str(tmp_path / "outcome.png"))
+            assert console_errors() == []
+        finally:
+            driver.quit()
+    status = family.execute("SELECT status FROM office.runs WHERE id = %s", run).fetchone()
+    assert status == ("cancelled",)
+    assert all((tmp_path / f"{n}.png").stat().st_size > 0 for n in ("overview", "run", "task"))

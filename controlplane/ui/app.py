@@ -112,6 +112,8 @@ class Database:
         office = self._open()
         try:
             yield Dashboard(office)
+        except psycopg.errors.QueryCanceled:
+            raise  # statement_timeout: the page says so; the database is up
         except (psycopg.OperationalError, PoolTimeout) as exc:
             self.discard()
             raise DatabaseDown(describe(exc)) from None

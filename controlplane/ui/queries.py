@@ -1,12 +1,13 @@
 """The dashboard's reads, as typed methods over office's views and functions.
 
 The client (:class:`controlplane.client.Office`) has no read for these yet;
-they live here so that the pages hold no SQL. Every query names office's
-objects in full, and every list is keyset-paginated with a bound
-(:data:`PAGE_SIZE`), so a table of millions of runs costs one index range
-per page. Reads of tables (``office.runs``, ``office.agent_profiles``) need
-the owner or a superuser: office's roles are granted functions and views
-only, and a refused read raises :class:`NotVisible` for the page to say so.
+they live here so that the pages hold no SQL. Every list is a call of one of
+the dashboard's functions (sql/85_dashboard.sql): keyset-paginated with a
+bound (:data:`PAGE_SIZE`), so a table of millions of runs costs one index
+range per page, callable by ``office_reader`` and served by a proxy. What
+is still read from a view or table (the counters, ``office.poison``) is
+granted to ``office_reader``; a refused read raises :class:`NotVisible` for
+the page to say so.
 """
 
 from __future__ import annotations
@@ -17,16 +18,18 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg import sql
 from psycopg.rows import dict_row
 from pydantic import BaseModel, ConfigDict
 
 from controlplane.cli_base import describe
 from controlplane.client import Office
-from controlplane.models import Agent, Run, RunStatus, Task
+from controlplane.models import AgentStatus, Run, RunStatus, Task
 
 #: Rows per page of every list.
 PAGE_SIZE = 50
+
+#: ``office.list_agents`` counts an agent's queue up to this many.
+QUEUE_COUNT_CAP = 10_001
 
 #: The actions of the dashboard: the office function each one calls.
 ACTION_FUNCTIONS = {
@@ -46,12 +49,16 @@ class NotVisible(Exception):
 
 
 class QueueStat(BaseModel):
+    """A row of ``office.run_status_counts()``: the history's statuses are
+    an estimate (``exact`` false, no agents or oldest) on a large table."""
+
     model_config = ConfigDict(frozen=True)
 
     status: RunStatus
-    agents: int
+    agents: int | None
     runs: int
     oldest_requested_at: datetime | None
+    exact: bool
 
 
 class DedupStat(BaseModel):
@@ -115,12 +122,39 @@ class RunFilter(BaseModel):
 
 class RunPage(BaseModel):
     """One page of runs, newest first; ``next_before`` is the id to pass for
-    the next page (None on the last)."""
+    the next page (None on the last). A page that is not full but has a
+    ``next_before`` searched its whole window (``office.run_window_end``):
+    older runs are there, not yet searched."""
 
     model_config = ConfigDict(frozen=True)
 
     runs: list[Run]
     next_before: str | None
+    window_searched: bool = False
+
+
+class AgentQueue(BaseModel):
+    """A row of ``office.list_agents``: the profile, its queue, its claim."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    workspace_id: str
+    name: str
+    status: AgentStatus
+    created_at: datetime
+    updated_at: datetime
+    #: Counted up to :data:`QUEUE_COUNT_CAP`.
+    queued: int
+    oldest_queued_at: datetime | None
+    claimed_run_id: str | None
+    claimed_by: str | None
+    claimed_at: datetime | None
+    heartbeat_at: datetime | None
+
+    @property
+    def queued_text(self) -> str:
+        return f"{QUEUE_COUNT_CAP - 1:,}+" if self.queued >= QUEUE_COUNT_CAP else f"{self.queued:,}"
 
 
 class Wakeup(BaseModel):
@@ -236,10 +270,6 @@ class TaskView(BaseModel):
     stuck: bool
 
 
-def _escape_like(prefix: str) -> str:
-    return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-
-
 class Dashboard:
     """The reads (and the privilege checks) of the pages, on an office client."""
 
@@ -258,9 +288,7 @@ class Dashboard:
             except psycopg.errors.InsufficientPrivilege as exc:
                 raise NotVisible(describe(exc)) from None
 
-    def _rows(
-        self, query: str | sql.Composed, params: Mapping[str, Any] | None = None
-    ) -> list[dict[str, Any]]:
+    def _rows(self, query: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
         with self._cursor() as cur:
             return list(cur.execute(query, params).fetchall())
 
@@ -278,9 +306,7 @@ class Dashboard:
             )
 
     def queue_stats(self) -> list[QueueStat]:
-        rows = self._rows(
-            "SELECT status, agents, runs, oldest_requested_at FROM office.queue_stats"
-        )
+        rows = self._rows("SELECT * FROM office.run_status_counts()")
         return [QueueStat.model_validate(row) for row in rows]
 
     def dedup_stats(self) -> list[DedupStat]:
@@ -303,43 +329,32 @@ class Dashboard:
 
     def runs(self, filters: RunFilter, before: str | None = None) -> RunPage:
         """A page of runs matching ``filters``, newest first (ids are UUIDv7,
-        so id order is creation order), keyset on the primary key."""
-        conditions: list[sql.Composable] = [sql.SQL("true")]
-        params: dict[str, Any] = {"limit": PAGE_SIZE + 1}
-        for column, value in (
-            ("status", filters.status),
-            ("agent_profile_id", filters.agent),
-            ("reason", filters.reason),
-            ("task_id", filters.task),
-        ):
-            if value:
-                conditions.append(
-                    sql.SQL("r.{} = {}").format(sql.Identifier(column), sql.Placeholder(column))
-                )
-                params[column] = value
-        if filters.key_prefix:
-            conditions.append(sql.SQL("r.idempotency_key LIKE %(key_prefix)s"))
-            params["key_prefix"] = _escape_like(filters.key_prefix) + "%"
-        if before:
-            conditions.append(sql.SQL("r.id < %(before)s"))
-            params["before"] = before
-        query = sql.SQL(
-            "SELECT r.* FROM office.runs r WHERE {} ORDER BY r.id DESC LIMIT %(limit)s"
-        ).format(sql.SQL(" AND ").join(conditions))
-        rows = self._rows(query, params)
-        runs = [Run.model_validate(row) for row in rows[:PAGE_SIZE]]
-        more = len(rows) > PAGE_SIZE
-        return RunPage(runs=runs, next_before=runs[-1].id if more and runs else None)
-
-    def agents(self, after: str | None = None) -> list[Agent]:
-        """A page of agents by id."""
-        rows = self._rows(
-            "SELECT a.* FROM office.agent_profiles a"
-            " WHERE %(after)s::text IS NULL OR a.id > %(after)s"
-            " ORDER BY a.id LIMIT %(limit)s",
-            {"after": after, "limit": PAGE_SIZE},
+        so id order is creation order): the matches within the window that
+        ``office.run_window_end`` bounds, so a rare filter costs one bounded
+        index range per page, not a walk of the table."""
+        (floor,) = self._rows(
+            "SELECT office.run_window_end(before_id => %(before)s) AS id", {"before": before}
         )
-        return [Agent.model_validate(row) for row in rows]
+        rows = self._rows(
+            "SELECT * FROM office.list_runs(status => %(status)s,"
+            " agent_profile_id => %(agent)s, reason => %(reason)s, task_id => %(task)s,"
+            " key_prefix => %(key_prefix)s, before_id => %(before)s,"
+            " not_before_id => %(floor)s, page_size => %(size)s)",
+            {**filters.model_dump(), "before": before, "floor": floor["id"], "size": PAGE_SIZE},
+        )
+        runs = [Run.model_validate(row) for row in rows]
+        if len(runs) == PAGE_SIZE:
+            return RunPage(runs=runs, next_before=runs[-1].id)
+        return RunPage(runs=runs, next_before=floor["id"], window_searched=floor["id"] is not None)
+
+    def agents(self, after: str | None = None) -> list[AgentQueue]:
+        """A page of agents by id, each with its queue depth, oldest queued
+        run and claim (the worker's heartbeat)."""
+        rows = self._rows(
+            "SELECT * FROM office.list_agents(after_id => %(after)s, page_size => %(size)s)",
+            {"after": after, "size": PAGE_SIZE},
+        )
+        return [AgentQueue.model_validate(row) for row in rows]
 
     def may_call(self, action: str) -> bool:
         """Whether the connected role may call the action's function: the
@@ -350,29 +365,19 @@ class Dashboard:
         )
         return bool(row["ok"])
 
-    def _page(
-        self, table: str, key: str, after: str | None, where: str = "true"
-    ) -> list[dict[str, Any]]:
-        """A keyset page of an office table by its primary key, newest first
-        (``after`` is the last key of the previous page)."""
-        query = sql.SQL(
-            "SELECT t.* FROM office.{table} t WHERE ({where})"
-            " AND (%(after)s::text IS NULL OR t.{key} < %(after)s)"
-            " ORDER BY t.{key} DESC LIMIT %(limit)s"
-        ).format(table=sql.Identifier(table), key=sql.Identifier(key), where=sql.SQL(where))
-        return self._rows(query, {"after": after, "limit": PAGE_SIZE})
+    def _list(self, function: str, before: str | int | None) -> list[dict[str, Any]]:
+        """A page of one of the dashboard's list functions, newest first
+        (``before`` is the last key of the previous page)."""
+        return self._rows(
+            f"SELECT * FROM office.{function}(before_id => %(before)s, page_size => %(size)s)",
+            {"before": before, "size": PAGE_SIZE},
+        )
 
-    def wakeups(self, after: str | None = None) -> list[Wakeup]:
-        return [Wakeup.model_validate(r) for r in self._page("wakeup_requests", "id", after)]
+    def wakeups(self, before: str | None = None) -> list[Wakeup]:
+        return [Wakeup.model_validate(r) for r in self._list("list_wakeups", before)]
 
     def events(self, before: int | None = None) -> list[Event]:
-        # Events have bigint ids: compared as numbers, so the index is used.
-        rows = self._rows(
-            "SELECT e.* FROM office.events e WHERE %(before)s::bigint IS NULL OR e.id < %(before)s"
-            " ORDER BY e.id DESC LIMIT %(limit)s",
-            {"before": before, "limit": PAGE_SIZE},
-        )
-        return [Event.model_validate(r) for r in rows]
+        return [Event.model_validate(r) for r in self._list("list_events", before)]
 
     def poison(self) -> list[Poison]:
         rows = self._rows(
@@ -382,24 +387,24 @@ class Dashboard:
         )
         return [Poison.model_validate(r) for r in rows]
 
-    def routines(self, after: str | None = None) -> list[Routine]:
-        return [Routine.model_validate(r) for r in self._page("routines", "id", after)]
+    def routines(self, before: str | None = None) -> list[Routine]:
+        return [Routine.model_validate(r) for r in self._list("list_routines", before)]
 
     def routine(self, routine_id: str) -> tuple[Routine | None, list[Trigger], list[RoutineRun]]:
         """A routine, its triggers and its newest runs (the one holding the
         gate is the task_created one)."""
-        found = self._rows("SELECT * FROM office.routines WHERE id = %(id)s", {"id": routine_id})
+        params = {"id": routine_id, "size": PAGE_SIZE}
+        found = self._rows("SELECT * FROM office.get_routine(routine_id => %(id)s)", params)
         if not found:
             return None, [], []
         triggers = self._rows(
-            "SELECT * FROM office.routine_triggers WHERE routine_id = %(id)s"
-            " ORDER BY id LIMIT %(limit)s",
-            {"id": routine_id, "limit": PAGE_SIZE},
+            "SELECT * FROM office.list_routine_triggers(routine_id => %(id)s,"
+            " page_size => %(size)s)",
+            params,
         )
         runs = self._rows(
-            "SELECT * FROM office.routine_runs WHERE routine_id = %(id)s"
-            " ORDER BY id DESC LIMIT %(limit)s",
-            {"id": routine_id, "limit": PAGE_SIZE},
+            "SELECT * FROM office.list_routine_runs(routine_id => %(id)s, page_size => %(size)s)",
+            params,
         )
         return (
             Routine.model_validate(found[0]),
@@ -407,34 +412,33 @@ class Dashboard:
             [RoutineRun.model_validate(r) for r in runs],
         )
 
-    def tasks(self, after: str | None = None) -> list[Task]:
-        return [Task.model_validate(r) for r in self._page("tasks", "id", after)]
+    def tasks(self, before: str | None = None) -> list[Task]:
+        return [Task.model_validate(r) for r in self._list("list_tasks", before)]
 
     def task(self, task_id: str) -> TaskView | None:
         task = self._office.get_task(task_id)
         if task is None:
             return None
-        params = {"id": task_id, "limit": PAGE_SIZE}
+        params = {"id": task_id, "size": PAGE_SIZE}
         children = self._rows(
-            "SELECT * FROM office.tasks WHERE parent_id = %(id)s ORDER BY id LIMIT %(limit)s",
+            "SELECT * FROM office.list_task_children(parent_task_id => %(id)s,"
+            " page_size => %(size)s)",
             params,
         )
         blockers = self._rows(
-            "SELECT t.* FROM office.task_blockers b JOIN office.tasks t ON t.id = b.blocker_task_id"
-            " WHERE b.task_id = %(id)s ORDER BY t.id LIMIT %(limit)s",
+            "SELECT * FROM office.list_task_blockers(task_id => %(id)s, page_size => %(size)s)",
             params,
         )
         receipt = self._rows(
             "SELECT child_set_key, child_generation, delivered_run_id, delivery_operation_id,"
-            " delivered_at FROM office.parent_child_wake_receipts WHERE parent_task_id = %(id)s",
+            " delivered_at FROM office.get_parent_receipt(parent_task_id => %(id)s)",
             params,
         )
         (extra,) = self._rows(
-            "SELECT CASE WHEN EXISTS (SELECT FROM office.tasks c WHERE c.parent_id = %(id)s)"
-            " THEN office.child_generation(%(id)s) END AS generation,"
-            " EXISTS (SELECT FROM office.list_stuck_parents(%(limit)s) s"
+            "SELECT CASE WHEN %(has_children)s THEN office.child_generation(%(id)s) END"
+            " AS generation, EXISTS (SELECT FROM office.list_stuck_parents(%(size)s) s"
             " WHERE s.parent_task_id = %(id)s) AS stuck",
-            params,
+            {**params, "has_children": bool(children)},
         )
         return TaskView(
             task=task,

@@ -242,6 +242,14 @@ CREATE TYPE office.events AS (
     visible_at timestamp with time zone,
     deliveries integer
 );
+CREATE TYPE office.parent_child_wake_receipts AS (
+    parent_task_id text,
+    child_set_key text,
+    delivered_run_id text,
+    delivery_operation_id text,
+    delivered_at timestamp with time zone,
+    child_generation text
+);
 CREATE TYPE office.reconcile_result AS (
     parent_task_id text,
     delivered boolean,
@@ -250,6 +258,25 @@ CREATE TYPE office.reconcile_result AS (
     dedup_kind text,
     run_id text,
     skipped_reason text
+);
+CREATE TYPE office.routine_runs AS (
+    id text,
+    routine_id text,
+    trigger_id text,
+    source text,
+    status text,
+    trigger_payload jsonb,
+    linked_task_id text,
+    coalesced_into_run_id text,
+    dispatch_fingerprint text,
+    started_at timestamp with time zone,
+    completed_at timestamp with time zone,
+    created_at timestamp with time zone,
+    wakeup_request_id text,
+    error_message text,
+    catch_up_missed_ticks integer,
+    catch_up_first_missed_at timestamp with time zone,
+    catch_up_truncated boolean
 );
 CREATE TYPE office.routine_tick_result AS (
     claimed boolean,
@@ -339,6 +366,20 @@ CREATE TYPE office.tasks AS (
 CREATE TYPE office.wakeup_dispatch_result AS (
     status text,
     run_id text
+);
+CREATE TYPE office.wakeup_requests AS (
+    id text,
+    agent_profile_id text,
+    source text,
+    reason text,
+    payload jsonb,
+    status text,
+    coalesced_count integer,
+    idempotency_key text,
+    run_id text,
+    requested_at timestamp with time zone,
+    claimed_at timestamp with time zone,
+    finished_at timestamp with time zone
 );
 CREATE TYPE office.wakeup_result AS (
     outcome text,
@@ -1033,6 +1074,52 @@ COMMENT ON FUNCTION office.fire_routine_tick(trigger_id text, observed_next_run_
 REVOKE EXECUTE ON FUNCTION office.fire_routine_tick(trigger_id text, observed_next_run_at timestamp with time zone, following_next_run_at timestamp with time zone, missed_ticks integer, missed_since timestamp with time zone, missed_truncated boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.fire_routine_tick(trigger_id text, observed_next_run_at timestamp with time zone, following_next_run_at timestamp with time zone, missed_ticks integer, missed_since timestamp with time zone, missed_truncated boolean) TO office_admin, office_worker;
 
+CREATE FUNCTION office._on_get_parent_receipt(_part integer, _a1 text) RETURNS SETOF office.parent_child_wake_receipts
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT * FROM office.get_parent_receipt($2);
+$$;
+COMMENT ON FUNCTION office._on_get_parent_receipt(integer, text) IS
+    'Internal: office.get_parent_receipt on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_get_parent_receipt(integer, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_get_parent_receipt(integer, text) TO office_admin, office_reader;
+CREATE FUNCTION office.get_parent_receipt(parent_task_id text) RETURNS SETOF office.parent_child_wake_receipts
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT * FROM office._on_get_parent_receipt(office._route('task', $1), $1)
+$fn$;
+COMMENT ON FUNCTION office.get_parent_receipt(parent_task_id text) IS
+    'The parent-wake receipt of a parent task (0 or 1 row): the child set, generation and wake operation it delivered, and the run it landed on.';
+REVOKE EXECUTE ON FUNCTION office.get_parent_receipt(parent_task_id text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.get_parent_receipt(parent_task_id text) TO office_admin, office_reader;
+
+CREATE FUNCTION office._on_get_routine(_part integer, _a1 text) RETURNS SETOF office.routines
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT * FROM office.get_routine($2);
+$$;
+COMMENT ON FUNCTION office._on_get_routine(integer, text) IS
+    'Internal: office.get_routine on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_get_routine(integer, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_get_routine(integer, text) TO office_admin, office_reader;
+CREATE FUNCTION office.get_routine(routine_id text) RETURNS SETOF office.routines
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT * FROM office._on_get_routine(office._route('routine', $1), $1)
+$fn$;
+COMMENT ON FUNCTION office.get_routine(routine_id text) IS
+    'The routine with this id (0 or 1 row).';
+REVOKE EXECUTE ON FUNCTION office.get_routine(routine_id text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.get_routine(routine_id text) TO office_admin, office_reader;
+
 CREATE FUNCTION office._on_get_run(_part integer, _a1 text) RETURNS SETOF office.runs
     LANGUAGE plproxy
     SET search_path = pg_catalog, pg_temp
@@ -1125,6 +1212,135 @@ COMMENT ON FUNCTION office.is_task_terminal(task_id text) IS
 REVOKE EXECUTE ON FUNCTION office.is_task_terminal(task_id text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.is_task_terminal(task_id text) TO office_admin, office_reader;
 
+CREATE FUNCTION office._all_list_agents(_part integer, _a1 text, _a2 integer) RETURNS TABLE(id text, workspace_id text, name text, status text, created_at timestamp with time zone, updated_at timestamp with time zone, queued integer, oldest_queued_at timestamp with time zone, claimed_run_id text, claimed_by text, claimed_at timestamp with time zone, heartbeat_at timestamp with time zone)
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON ALL;
+    SELECT * FROM office.list_agents($2, $3);
+$$;
+COMMENT ON FUNCTION office._all_list_agents(integer, text, integer) IS
+    'Internal: office.list_agents on the shard of partition _part (all).';
+REVOKE EXECUTE ON FUNCTION office._all_list_agents(integer, text, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._all_list_agents(integer, text, integer) TO office_admin, office_reader;
+CREATE FUNCTION office.list_agents(after_id text DEFAULT NULL::text, page_size integer DEFAULT 50) RETURNS TABLE(id text, workspace_id text, name text, status text, created_at timestamp with time zone, updated_at timestamp with time zone, queued integer, oldest_queued_at timestamp with time zone, claimed_run_id text, claimed_by text, claimed_at timestamp with time zone, heartbeat_at timestamp with time zone)
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT * FROM office._all_list_agents(0, $1, $2) ORDER BY id LIMIT CASE WHEN $2 >= 0 THEN $2 END
+$fn$;
+COMMENT ON FUNCTION office.list_agents(after_id text, page_size integer) IS
+    'One page of agents by id after after_id, at most page_size (1..500): the profile, queued (runs queued, counted up to 10,001), oldest_queued_at, and the claimed run if any (id, claimed_by, claimed_at, heartbeat_at). Bad text or page_size 22023.';
+REVOKE EXECUTE ON FUNCTION office.list_agents(after_id text, page_size integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.list_agents(after_id text, page_size integer) TO office_admin, office_reader;
+
+CREATE FUNCTION office.list_events(before_id bigint DEFAULT NULL::bigint, page_size integer DEFAULT 50) RETURNS SETOF office.events
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = '0A000',
+        MESSAGE = 'office_proxy: office.list_events is not served through the proxy yet; call it on the shards (docs/scale-out.md)';
+END
+$fn$;
+COMMENT ON FUNCTION office.list_events(before_id bigint, page_size integer) IS
+    'One page of the outbox, newest first, before before_id, at most page_size (1..500). Bad page_size 22023.';
+REVOKE EXECUTE ON FUNCTION office.list_events(before_id bigint, page_size integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.list_events(before_id bigint, page_size integer) TO office_admin, office_reader;
+
+CREATE FUNCTION office._on_list_routine_runs(_part integer, _a1 text, _a2 text, _a3 integer) RETURNS SETOF office.routine_runs
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT * FROM office.list_routine_runs($2, $3, $4);
+$$;
+COMMENT ON FUNCTION office._on_list_routine_runs(integer, text, text, integer) IS
+    'Internal: office.list_routine_runs on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_list_routine_runs(integer, text, text, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_list_routine_runs(integer, text, text, integer) TO office_admin, office_reader;
+CREATE FUNCTION office.list_routine_runs(routine_id text, before_id text DEFAULT NULL::text, page_size integer DEFAULT 50) RETURNS SETOF office.routine_runs
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT * FROM office._on_list_routine_runs(office._route('routine', $1), $1, $2, $3)
+$fn$;
+COMMENT ON FUNCTION office.list_routine_runs(routine_id text, before_id text, page_size integer) IS
+    'One page of a routine''s runs, newest first (ids are time-ordered), before before_id, at most page_size (1..500); the task_created one holds the gate. Bad text or page_size 22023.';
+REVOKE EXECUTE ON FUNCTION office.list_routine_runs(routine_id text, before_id text, page_size integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.list_routine_runs(routine_id text, before_id text, page_size integer) TO office_admin, office_reader;
+
+CREATE FUNCTION office._on_list_routine_triggers(_part integer, _a1 text, _a2 text, _a3 integer) RETURNS SETOF office.routine_triggers
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT * FROM office.list_routine_triggers($2, $3, $4);
+$$;
+COMMENT ON FUNCTION office._on_list_routine_triggers(integer, text, text, integer) IS
+    'Internal: office.list_routine_triggers on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_list_routine_triggers(integer, text, text, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_list_routine_triggers(integer, text, text, integer) TO office_admin, office_reader;
+CREATE FUNCTION office.list_routine_triggers(routine_id text, after_id text DEFAULT NULL::text, page_size integer DEFAULT 50) RETURNS SETOF office.routine_triggers
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT * FROM office._on_list_routine_triggers(office._route('routine', $1), $1, $2, $3)
+$fn$;
+COMMENT ON FUNCTION office.list_routine_triggers(routine_id text, after_id text, page_size integer) IS
+    'One page of a routine''s triggers by id, after after_id, at most page_size (1..500). Bad text or page_size 22023.';
+REVOKE EXECUTE ON FUNCTION office.list_routine_triggers(routine_id text, after_id text, page_size integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.list_routine_triggers(routine_id text, after_id text, page_size integer) TO office_admin, office_reader;
+
+CREATE FUNCTION office._all_list_routines(_part integer, _a1 text, _a2 integer) RETURNS SETOF office.routines
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON ALL;
+    SELECT * FROM office.list_routines($2, $3);
+$$;
+COMMENT ON FUNCTION office._all_list_routines(integer, text, integer) IS
+    'Internal: office.list_routines on the shard of partition _part (all).';
+REVOKE EXECUTE ON FUNCTION office._all_list_routines(integer, text, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._all_list_routines(integer, text, integer) TO office_admin, office_reader;
+CREATE FUNCTION office.list_routines(before_id text DEFAULT NULL::text, page_size integer DEFAULT 50) RETURNS SETOF office.routines
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT * FROM office._all_list_routines(0, $1, $2) ORDER BY id DESC LIMIT CASE WHEN $2 >= 0 THEN $2 END
+$fn$;
+COMMENT ON FUNCTION office.list_routines(before_id text, page_size integer) IS
+    'One page of routines by id descending, before before_id, at most page_size (1..500). Bad text or page_size 22023.';
+REVOKE EXECUTE ON FUNCTION office.list_routines(before_id text, page_size integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.list_routines(before_id text, page_size integer) TO office_admin, office_reader;
+
+CREATE FUNCTION office._all_list_runs(_part integer, _a1 text, _a2 text, _a3 text, _a4 text, _a5 text, _a6 text, _a7 text, _a8 integer) RETURNS SETOF office.runs
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON ALL;
+    SELECT * FROM office.list_runs($2, $3, $4, $5, $6, $7, $8, $9);
+$$;
+COMMENT ON FUNCTION office._all_list_runs(integer, text, text, text, text, text, text, text, integer) IS
+    'Internal: office.list_runs on the shard of partition _part (all).';
+REVOKE EXECUTE ON FUNCTION office._all_list_runs(integer, text, text, text, text, text, text, text, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._all_list_runs(integer, text, text, text, text, text, text, text, integer) TO office_admin, office_reader;
+CREATE FUNCTION office.list_runs(status text DEFAULT NULL::text, agent_profile_id text DEFAULT NULL::text, reason text DEFAULT NULL::text, task_id text DEFAULT NULL::text, key_prefix text DEFAULT NULL::text, before_id text DEFAULT NULL::text, not_before_id text DEFAULT NULL::text, page_size integer DEFAULT 50) RETURNS SETOF office.runs
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT * FROM office._all_list_runs(0, $1, $2, $3, $4, $5, $6, $7, $8) ORDER BY id DESC LIMIT CASE WHEN $8 >= 0 THEN $8 END
+$fn$;
+COMMENT ON FUNCTION office.list_runs(status text, agent_profile_id text, reason text, task_id text, key_prefix text, before_id text, not_before_id text, page_size integer) IS
+    'One page of runs, newest first: those with id in [not_before_id, before_id) matching every filter given (status, agent, reason, task, idempotency key prefix; NULL or empty: any), at most page_size (1..500) and at most 10,000 scanned (run_window_end). Unknown status, bad text or page_size 22023.';
+REVOKE EXECUTE ON FUNCTION office.list_runs(status text, agent_profile_id text, reason text, task_id text, key_prefix text, before_id text, not_before_id text, page_size integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.list_runs(status text, agent_profile_id text, reason text, task_id text, key_prefix text, before_id text, not_before_id text, page_size integer) TO office_admin, office_reader;
+
 CREATE FUNCTION office._all_list_stuck_parents(_part integer, _a1 integer, _a2 text) RETURNS TABLE(parent_task_id text, assignee_agent_profile_id text, workflow_step_id text, child_set_key text, newest_child_updated_at text)
     LANGUAGE plproxy
     SET search_path = pg_catalog, pg_temp
@@ -1147,6 +1363,98 @@ COMMENT ON FUNCTION office.list_stuck_parents(max_rows integer, reason text) IS
     'Parents whose finished child wave was not delivered (every candidate condition of DOMAIN.md §2.20, applied before the LIMIT), ordered by parent id (bytewise): parent, assignee, step, child_set_key, newest_child_updated_at. Read from the parents marked since they were last found delivered, leaving out those the sweep set aside (office.poison); another reason than task_children_completed reads every open parent. Negative max_rows or empty reason 22023.';
 REVOKE EXECUTE ON FUNCTION office.list_stuck_parents(max_rows integer, reason text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.list_stuck_parents(max_rows integer, reason text) TO office_admin, office_producer, office_reader;
+
+CREATE FUNCTION office._on_list_task_blockers(_part integer, _a1 text, _a2 text, _a3 integer) RETURNS SETOF office.tasks
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT * FROM office.list_task_blockers($2, $3, $4);
+$$;
+COMMENT ON FUNCTION office._on_list_task_blockers(integer, text, text, integer) IS
+    'Internal: office.list_task_blockers on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_list_task_blockers(integer, text, text, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_list_task_blockers(integer, text, text, integer) TO office_admin, office_reader;
+CREATE FUNCTION office.list_task_blockers(task_id text, after_id text DEFAULT NULL::text, page_size integer DEFAULT 50) RETURNS SETOF office.tasks
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT * FROM office._on_list_task_blockers(office._route('task', $1), $1, $2, $3)
+$fn$;
+COMMENT ON FUNCTION office.list_task_blockers(task_id text, after_id text, page_size integer) IS
+    'One page of the tasks that block a task, by id, after after_id, at most page_size (1..500). Bad text or page_size 22023.';
+REVOKE EXECUTE ON FUNCTION office.list_task_blockers(task_id text, after_id text, page_size integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.list_task_blockers(task_id text, after_id text, page_size integer) TO office_admin, office_reader;
+
+CREATE FUNCTION office._on_list_task_children(_part integer, _a1 text, _a2 text, _a3 integer) RETURNS SETOF office.tasks
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT * FROM office.list_task_children($2, $3, $4);
+$$;
+COMMENT ON FUNCTION office._on_list_task_children(integer, text, text, integer) IS
+    'Internal: office.list_task_children on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_list_task_children(integer, text, text, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_list_task_children(integer, text, text, integer) TO office_admin, office_reader;
+CREATE FUNCTION office.list_task_children(parent_task_id text, after_id text DEFAULT NULL::text, page_size integer DEFAULT 50) RETURNS SETOF office.tasks
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT * FROM office._on_list_task_children(office._route('task', $1), $1, $2, $3)
+$fn$;
+COMMENT ON FUNCTION office.list_task_children(parent_task_id text, after_id text, page_size integer) IS
+    'One page of a task''s children by id, after after_id, at most page_size (1..500). Bad text or page_size 22023.';
+REVOKE EXECUTE ON FUNCTION office.list_task_children(parent_task_id text, after_id text, page_size integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.list_task_children(parent_task_id text, after_id text, page_size integer) TO office_admin, office_reader;
+
+CREATE FUNCTION office._all_list_tasks(_part integer, _a1 text, _a2 integer) RETURNS SETOF office.tasks
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON ALL;
+    SELECT * FROM office.list_tasks($2, $3);
+$$;
+COMMENT ON FUNCTION office._all_list_tasks(integer, text, integer) IS
+    'Internal: office.list_tasks on the shard of partition _part (all).';
+REVOKE EXECUTE ON FUNCTION office._all_list_tasks(integer, text, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._all_list_tasks(integer, text, integer) TO office_admin, office_reader;
+CREATE FUNCTION office.list_tasks(before_id text DEFAULT NULL::text, page_size integer DEFAULT 50) RETURNS SETOF office.tasks
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT * FROM office._all_list_tasks(0, $1, $2) ORDER BY id DESC LIMIT CASE WHEN $2 >= 0 THEN $2 END
+$fn$;
+COMMENT ON FUNCTION office.list_tasks(before_id text, page_size integer) IS
+    'One page of tasks by id descending, before before_id, at most page_size (1..500). Bad text or page_size 22023.';
+REVOKE EXECUTE ON FUNCTION office.list_tasks(before_id text, page_size integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.list_tasks(before_id text, page_size integer) TO office_admin, office_reader;
+
+CREATE FUNCTION office._all_list_wakeups(_part integer, _a1 text, _a2 integer) RETURNS SETOF office.wakeup_requests
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON ALL;
+    SELECT * FROM office.list_wakeups($2, $3);
+$$;
+COMMENT ON FUNCTION office._all_list_wakeups(integer, text, integer) IS
+    'Internal: office.list_wakeups on the shard of partition _part (all).';
+REVOKE EXECUTE ON FUNCTION office._all_list_wakeups(integer, text, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._all_list_wakeups(integer, text, integer) TO office_admin, office_reader;
+CREATE FUNCTION office.list_wakeups(before_id text DEFAULT NULL::text, page_size integer DEFAULT 50) RETURNS SETOF office.wakeup_requests
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT * FROM office._all_list_wakeups(0, $1, $2) ORDER BY id DESC LIMIT CASE WHEN $2 >= 0 THEN $2 END
+$fn$;
+COMMENT ON FUNCTION office.list_wakeups(before_id text, page_size integer) IS
+    'One page of wake-up requests, newest first (ids are time-ordered), before before_id, at most page_size (1..500). Bad text or page_size 22023.';
+REVOKE EXECUTE ON FUNCTION office.list_wakeups(before_id text, page_size integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.list_wakeups(before_id text, page_size integer) TO office_admin, office_reader;
 
 CREATE FUNCTION office._all_mark_all_parents(_part integer) RETURNS SETOF bigint
     LANGUAGE plproxy
@@ -1448,6 +1756,43 @@ COMMENT ON FUNCTION office.run_keys(run_id text) IS
     'The idempotency keys a run serves, by recorded_at: its own (how own, recorded_at its requested_at), then those recorded when requests with them coalesced into it (how coalesced). None for a keyless or unknown run.';
 REVOKE EXECUTE ON FUNCTION office.run_keys(run_id text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.run_keys(run_id text) TO office_admin, office_producer, office_reader, office_worker;
+
+CREATE FUNCTION office.run_status_counts() RETURNS TABLE(status text, agents bigint, runs bigint, oldest_requested_at timestamp with time zone, exact boolean)
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = '0A000',
+        MESSAGE = 'office_proxy: office.run_status_counts is not served through the proxy yet; call it on the shards (docs/scale-out.md)';
+END
+$fn$;
+COMMENT ON FUNCTION office.run_status_counts() IS
+    'Runs per status without reading the whole run table: queued and claimed exactly (agents, runs, oldest requested_at); finished, failed and cancelled exactly while the table holds under 10,000 runs (planner estimate), else the last ANALYZE''s estimate (agents and oldest NULL, exact false).';
+REVOKE EXECUTE ON FUNCTION office.run_status_counts() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.run_status_counts() TO office_admin, office_reader;
+
+CREATE FUNCTION office._all_run_window_end(_part integer, _a1 text) RETURNS SETOF text
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON ALL;
+    SELECT office.run_window_end($2) AS run_window_end;
+$$;
+COMMENT ON FUNCTION office._all_run_window_end(integer, text) IS
+    'Internal: office.run_window_end on the shard of partition _part (all).';
+REVOKE EXECUTE ON FUNCTION office._all_run_window_end(integer, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._all_run_window_end(integer, text) TO office_admin, office_reader;
+CREATE FUNCTION office.run_window_end(before_id text DEFAULT NULL::text) RETURNS text
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT pg_catalog.max(x) FROM office._all_run_window_end(0, $1) AS x
+$fn$;
+COMMENT ON FUNCTION office.run_window_end(before_id text) IS
+    'The oldest id of the window list_runs scans before before_id (the newest 10,000 runs older than it; NULL: fewer remain, the window reaches the oldest run). A page that is not full continues with before_id => this id.';
+REVOKE EXECUTE ON FUNCTION office.run_window_end(before_id text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.run_window_end(before_id text) TO office_admin, office_reader;
 
 CREATE FUNCTION office._all_schema_version(_part integer) RETURNS SETOF text
     LANGUAGE plproxy
