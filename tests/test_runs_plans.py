@@ -5,6 +5,7 @@ session keeps until the next analyze (sql/30_runs.sql, "Plans")."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import psycopg
@@ -65,3 +66,34 @@ def test_without_the_setting_the_queue_is_scanned(db: psycopg.Connection[Any]) -
         db.execute(f"ALTER FUNCTION {function} RESET enable_seqscan")
     _analyze_empty(db)
     assert _exercise(db).get("runs", 0) > 0
+
+
+def test_bulk_enqueue_never_scans_the_queue_after_an_empty_analyze(
+    db: psycopg.Connection[Any],
+) -> None:
+    # enqueue_runs' set-based checks (a recorded key, a queued run in a
+    # coalescible element's bucket) and its per-element path are index probes.
+    _analyze_empty(db)
+    with db.transaction():
+        for i in range(12):
+            fresh = [
+                {
+                    "agent_profile_id": a,
+                    "reason": "task_assigned",
+                    "task_id": f"t{i}-{n}",
+                    "idempotency_key": f"task_assigned:t{i}-{n}:{a}:1",
+                }
+                for n, a in enumerate(["a1", "a2", "a1"])
+            ]
+            coalescing = [{"agent_profile_id": "a2", "reason": "heartbeat"}] * 2
+            for batch in (fresh, coalescing, fresh):
+                db.execute(
+                    "SELECT count(*) FROM office.enqueue_runs(%s::jsonb)", [json.dumps(batch)]
+                )
+        rows = db.execute(
+            "SELECT relname, seq_scan FROM pg_stat_xact_user_tables WHERE schemaname = 'office'"
+        ).fetchall()
+    scans = {name: n for name, n in rows}
+    assert scans.get("runs", 0) == 0, scans
+    assert scans.get("run_keys_recorded", 0) == 0, scans
+    assert scans.get("agent_profiles", 0) == 0, scans
