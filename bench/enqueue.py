@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -177,6 +178,15 @@ def async_op(case: str, run: int) -> Any:
     return op
 
 
+def settled(phase: str, seconds: float, once: Callable[[float, int], Measurement]) -> Measurement:
+    """``once(length, run)`` measured for ``seconds``; in the ``steady`` phase
+    after STEADY_SETTLE unmeasured seconds of it. Each call gets a run number of
+    its own, so the measured fresh keys never repeat the settle's."""
+    if phase == "steady":
+        once(STEADY_SETTLE, next(_run_counter))
+    return once(seconds, next(_run_counter))
+
+
 def measure(
     dsn: str, driver: str, connections: int, case: str, seconds: float, phase: str = "fresh"
 ) -> Measurement:
@@ -184,16 +194,13 @@ def measure(
     after a CHECKPOINT (as the peers are measured), in the ``steady`` phase on a
     grown table after STEADY_SETTLE unmeasured seconds of the same case."""
     reset(dsn, case, phase)
-    run = next(_run_counter)
-    sync, asynchronous = sync_op(case, run), async_op(case, run)
-    if phase == "steady":
+
+    def once(length: float, run: int) -> Measurement:
         if driver == "psycopg":
-            run_sync(dsn, connections, STEADY_SETTLE, sync)
-        else:
-            run_async(dsn, connections, STEADY_SETTLE, asynchronous)
-    if driver == "psycopg":
-        return run_sync(dsn, connections, seconds, sync)
-    return run_async(dsn, connections, seconds, asynchronous)
+            return run_sync(dsn, connections, length, sync_op(case, run))
+        return run_async(dsn, connections, length, async_op(case, run))
+
+    return settled(phase, seconds, once)
 
 
 def main() -> None:
