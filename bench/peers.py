@@ -189,12 +189,12 @@ def database_dsn(dsn: str, database: str) -> str:
     return urlsplit(dsn)._replace(path=f"/{database}").geturl()
 
 
-def create_database(dsn: str, peer: Peer) -> str:
-    """A new, empty database for ``peer`` with its schema installed; its DSN."""
+def create_database(dsn: str, peer: Peer, name: str) -> str:
+    """A new, empty database ``name`` with ``peer``'s schema installed; its DSN."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{peer.database}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{peer.database}"')
-    peer_dsn = database_dsn(dsn, peer.database)
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    peer_dsn = database_dsn(dsn, name)
     peer.install(peer_dsn)
     return peer_dsn
 
@@ -248,7 +248,10 @@ def main() -> None:
     # workers; none runs here.
     logging.getLogger("procrastinate").setLevel(logging.ERROR)
 
-    peers = {PEERS[name]: create_database(args.dsn, PEERS[name]) for name in args.peers.split(",")}
+    peers = {
+        PEERS[name]: create_database(args.dsn, PEERS[name], PEERS[name].database)
+        for name in args.peers.split(",")
+    }
     drivers = args.drivers.split(",")
     connection_counts = [int(c) for c in args.connections.split(",")]
 
