@@ -11,17 +11,22 @@ fresh-key cases, 90 % repeated keys for the repeated-key case).
 
 from __future__ import annotations
 
-import argparse
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import asyncpg
 import psycopg
 
-from bench.common import Measurement, machine_line, run_async, run_sync, write_section
+from bench.common import (
+    Measurement,
+    bench_parser,
+    machine_line,
+    publish,
+    run_async,
+    run_sync,
+)
 
 AGENTS = 64
 REPEATED_POOL = 100  # keys that 90 % of the repeated-key operations reuse
@@ -204,9 +209,7 @@ def measure(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--dsn", required=True)
-    parser.add_argument("--seconds", type=float, default=10.0)
+    parser = bench_parser(__doc__, "enqueue")
     parser.add_argument("--connections", default="1,4")
     parser.add_argument("--drivers", default="psycopg,asyncpg")
     parser.add_argument(
@@ -222,7 +225,6 @@ def main() -> None:
         help="fresh: every case on a truncated table right after a CHECKPOINT; steady: on "
         f"{STEADY_ROWS:,} existing rows after {STEADY_SETTLE:g} s of the case unmeasured",
     )
-    parser.add_argument("--write", type=Path, help="update this markdown file's enqueue section")
     parser.add_argument(
         "--case",
         action="append",
@@ -309,9 +311,7 @@ def main() -> None:
             *scaling,
         ]
     )
-    print(body)
-    if args.write:
-        write_section(args.write, bench_name, body)
+    publish(body, bench_name, args.write)
 
 
 if __name__ == "__main__":
