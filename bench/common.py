@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import platform
 import re
 import subprocess
@@ -106,8 +107,11 @@ def machine_line(dsn: str) -> str:
         ).fetchone()
     assert row is not None
     cpus = subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip()
+    # The load says how far the numbers can be trusted on a shared machine.
+    load = " / ".join(f"{avg:.1f}" for avg in os.getloadavg())
     return (
-        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {platform.machine()}, {cpus} cores, "
+        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {platform.machine()}, {cpus} cores "
+        f"(load average {load} over 1 / 5 / 15 min), "
         f"PostgreSQL {row[0]} (fsync={row[1]}, synchronous_commit={row[2]}), "
         f"Python {platform.python_version()}, psycopg {psycopg.__version__}, "
         f"asyncpg {asyncpg.__version__}"
