@@ -47,6 +47,7 @@ from pgqueuer.queries import Queries, SyncQueries
 from procrastinate import App, SyncPsycopgConnector
 from procrastinate.exceptions import AlreadyEnqueued
 from procrastinate.tasks import Task
+from psycopg import sql
 
 from bench import enqueue
 from bench.common import (
@@ -192,8 +193,9 @@ def database_dsn(dsn: str, database: str) -> str:
 def create_database(dsn: str, peer: Peer, name: str) -> str:
     """A new, empty database ``name`` with ``peer``'s schema installed; its DSN."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
+        database = sql.Identifier(name)
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(database))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(database))
     peer_dsn = database_dsn(dsn, name)
     peer.install(peer_dsn)
     return peer_dsn
