@@ -22,13 +22,11 @@ never by writing the table, so whatever the queue maintains for
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
 from typing import Any
 
 import psycopg
 
-from bench.common import machine_line, run_sync, write_section
+from bench.common import bench_parser, machine_line, publish, run_sync
 
 BUSY_AGENTS = 64
 FREE_AGENTS = 64
@@ -130,11 +128,8 @@ def op(case: str) -> Any:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--dsn", required=True)
-    parser.add_argument("--seconds", type=float, default=10.0)
+    parser = bench_parser(__doc__, "claim")
     parser.add_argument("--warmup", type=float, default=3.0)
-    parser.add_argument("--write", type=Path, help="update this markdown file's claim section")
     args = parser.parse_args()
 
     setup(args.dsn)
@@ -187,9 +182,7 @@ def main() -> None:
             *rows,
         ]
     )
-    print(body)
-    if args.write:
-        write_section(args.write, "claim", body)
+    publish(body, "claim", args.write)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@ Timing lives here and only here: tests never assert on time.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import os
 import platform
 import re
 import subprocess
@@ -37,22 +39,22 @@ class Measurement:
         return self.ops / self.seconds if self.seconds else 0.0
 
 
-def run_sync(dsn: str, connections: int, seconds: float, op: SyncOp) -> Measurement:
-    """``op`` in a closed loop on ``connections`` psycopg connections (one thread each)."""
-    conns = [psycopg.connect(dsn, autocommit=True) for _ in range(connections)]
-    counts = [0] * connections
-    barrier = threading.Barrier(connections + 1)
+def run_threads(workers: int, seconds: float, op: Callable[[int, int], None]) -> Measurement:
+    """``op(worker, i)`` in a closed loop on ``workers`` threads, started together:
+    for clients that hold their own connections (a peer's pool, or ``run_sync``'s)."""
+    counts = [0] * workers
+    barrier = threading.Barrier(workers + 1)
     deadline = [0.0]
 
     def worker(index: int) -> None:
-        conn, i = conns[index], 0
+        i = 0
         barrier.wait()
         while time.perf_counter() < deadline[0]:
-            op(conn, index, i)
+            op(index, i)
             i += 1
         counts[index] = i
 
-    threads = [threading.Thread(target=worker, args=(n,)) for n in range(connections)]
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(workers)]
     for thread in threads:
         thread.start()
     start = time.perf_counter()
@@ -60,10 +62,17 @@ def run_sync(dsn: str, connections: int, seconds: float, op: SyncOp) -> Measurem
     barrier.wait()
     for thread in threads:
         thread.join()
-    elapsed = time.perf_counter() - start
-    for conn in conns:
-        conn.close()
-    return Measurement(sum(counts), elapsed)
+    return Measurement(sum(counts), time.perf_counter() - start)
+
+
+def run_sync(dsn: str, connections: int, seconds: float, op: SyncOp) -> Measurement:
+    """``op`` in a closed loop on ``connections`` psycopg connections (one thread each)."""
+    conns = [psycopg.connect(dsn, autocommit=True) for _ in range(connections)]
+    try:
+        return run_threads(connections, seconds, lambda index, i: op(conns[index], index, i))
+    finally:
+        for conn in conns:
+            conn.close()
 
 
 def run_async(dsn: str, connections: int, seconds: float, op: AsyncOp) -> Measurement:
@@ -98,8 +107,11 @@ def machine_line(dsn: str) -> str:
         ).fetchone()
     assert row is not None
     cpus = subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip()
+    # The load says how far the numbers can be trusted on a shared machine.
+    load = " / ".join(f"{avg:.1f}" for avg in os.getloadavg())
     return (
-        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {platform.machine()}, {cpus} cores, "
+        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {platform.machine()}, {cpus} cores "
+        f"(load average {load} over 1 / 5 / 15 min), "
         f"PostgreSQL {row[0]} (fsync={row[1]}, synchronous_commit={row[2]}), "
         f"Python {platform.python_version()}, psycopg {psycopg.__version__}, "
         f"asyncpg {asyncpg.__version__}"
@@ -118,3 +130,21 @@ def write_section(path: Path, name: str, body: str) -> None:
         else f"{text.rstrip()}\n\n{block}\n"
     )
     path.write_text(text)
+
+
+def bench_parser(doc: str | None, section: str) -> argparse.ArgumentParser:
+    """The options bench/run.sh gives every benchmark: --dsn, --seconds, --write."""
+    parser = argparse.ArgumentParser(
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--dsn", required=True, help="a postgresql:// URL with office installed")
+    parser.add_argument("--seconds", type=float, default=10.0, help="seconds per measured case")
+    parser.add_argument("--write", type=Path, help=f"update this markdown file's {section} section")
+    return parser
+
+
+def publish(body: str, section: str, path: Path | None) -> None:
+    """Print a benchmark's markdown and, given a path, write it as its section there."""
+    print(body)
+    if path is not None:
+        write_section(path, section, body)

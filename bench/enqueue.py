@@ -11,16 +11,22 @@ fresh-key cases, 90 % repeated keys for the repeated-key case).
 
 from __future__ import annotations
 
-import argparse
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import asyncpg
 import psycopg
 
-from bench.common import Measurement, machine_line, run_async, run_sync, write_section
+from bench.common import (
+    Measurement,
+    bench_parser,
+    machine_line,
+    publish,
+    run_async,
+    run_sync,
+)
 
 AGENTS = 64
 REPEATED_POOL = 100  # keys that 90 % of the repeated-key operations reuse
@@ -177,6 +183,15 @@ def async_op(case: str, run: int) -> Any:
     return op
 
 
+def settled(phase: str, seconds: float, once: Callable[[float, int], Measurement]) -> Measurement:
+    """``once(length, run)`` measured for ``seconds``; in the ``steady`` phase
+    after STEADY_SETTLE unmeasured seconds of it. Each call gets a run number of
+    its own, so the measured fresh keys never repeat the settle's."""
+    if phase == "steady":
+        once(STEADY_SETTLE, next(_run_counter))
+    return once(seconds, next(_run_counter))
+
+
 def measure(
     dsn: str, driver: str, connections: int, case: str, seconds: float, phase: str = "fresh"
 ) -> Measurement:
@@ -184,22 +199,17 @@ def measure(
     after a CHECKPOINT (as the peers are measured), in the ``steady`` phase on a
     grown table after STEADY_SETTLE unmeasured seconds of the same case."""
     reset(dsn, case, phase)
-    run = next(_run_counter)
-    sync, asynchronous = sync_op(case, run), async_op(case, run)
-    if phase == "steady":
+
+    def once(length: float, run: int) -> Measurement:
         if driver == "psycopg":
-            run_sync(dsn, connections, STEADY_SETTLE, sync)
-        else:
-            run_async(dsn, connections, STEADY_SETTLE, asynchronous)
-    if driver == "psycopg":
-        return run_sync(dsn, connections, seconds, sync)
-    return run_async(dsn, connections, seconds, asynchronous)
+            return run_sync(dsn, connections, length, sync_op(case, run))
+        return run_async(dsn, connections, length, async_op(case, run))
+
+    return settled(phase, seconds, once)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--dsn", required=True)
-    parser.add_argument("--seconds", type=float, default=10.0)
+    parser = bench_parser(__doc__, "enqueue")
     parser.add_argument("--connections", default="1,4")
     parser.add_argument("--drivers", default="psycopg,asyncpg")
     parser.add_argument(
@@ -215,7 +225,6 @@ def main() -> None:
         help="fresh: every case on a truncated table right after a CHECKPOINT; steady: on "
         f"{STEADY_ROWS:,} existing rows after {STEADY_SETTLE:g} s of the case unmeasured",
     )
-    parser.add_argument("--write", type=Path, help="update this markdown file's enqueue section")
     parser.add_argument(
         "--case",
         action="append",
@@ -302,9 +311,7 @@ def main() -> None:
             *scaling,
         ]
     )
-    print(body)
-    if args.write:
-        write_section(args.write, bench_name, body)
+    publish(body, bench_name, args.write)
 
 
 if __name__ == "__main__":

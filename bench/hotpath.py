@@ -23,16 +23,14 @@ text index, like ``bench/enqueue.py``'s):
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 import psycopg
 
-from bench.common import machine_line, run_sync, write_section
+from bench.common import bench_parser, machine_line, publish, run_sync
 
 AGENTS = 64
 QUEUED = 100_000  # runs queued before a claim case: more than a case drains
@@ -208,13 +206,10 @@ def claim_cycles(dsn: str, connections: int, seconds: float) -> tuple[float, flo
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--dsn", required=True)
-    parser.add_argument("--seconds", type=float, default=10.0)
+    parser = bench_parser(__doc__, "hotpath")
     parser.add_argument("--wal-calls", type=int, default=2000)
     parser.add_argument("--bulk", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--write", type=Path, help="update this markdown file's hotpath section")
     args = parser.parse_args()
 
     wal = wal_per_call(args.dsn, args.wal_calls)
@@ -288,9 +283,7 @@ def main() -> None:
             *claim_rows,
         ]
     )
-    print(body)
-    if args.write:
-        write_section(args.write, "hotpath", body)
+    publish(body, "hotpath", args.write)
 
 
 if __name__ == "__main__":

@@ -51,7 +51,7 @@ def main() -> None:
         ).fetchone()
         if part is None:
             raise SystemExit("--shard must be spelled as in office_cluster's options")
-        agents = []
+        agents: list[str] = []
         while len(agents) < 4:
             ws = f"bench-{uuid.uuid4().hex[:8]}"
             row = px.execute("SELECT office._partition(%s)", (ws,)).fetchone()

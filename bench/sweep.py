@@ -28,7 +28,6 @@ Target: from 10k to 1M tasks the sweep and the list grow by less than 3x.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from pathlib import Path
@@ -36,7 +35,7 @@ from typing import Any
 
 import psycopg
 
-from bench.common import machine_line, write_section
+from bench.common import bench_parser, machine_line, write_section
 
 SIZES = (10_000, 100_000, 1_000_000)
 CHILDREN = 4
@@ -255,11 +254,8 @@ def verdict(growth: float) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--dsn", required=True)
-    parser.add_argument("--seconds", type=float, default=10.0, help="unused (one-shot timings)")
+    parser = bench_parser(__doc__, "sweep")
     parser.add_argument("--sizes", default=",".join(str(s) for s in SIZES))
-    parser.add_argument("--write", type=Path, help="update this markdown file's sweep section")
     parser.add_argument(
         "--plans",
         type=Path,

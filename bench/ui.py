@@ -15,19 +15,17 @@ buffers it touches.
 
 from __future__ import annotations
 
-import argparse
 import re
 import statistics
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import psycopg
 from psycopg_pool import ConnectionPool
 from starlette.testclient import TestClient
 
-from bench.common import machine_line, write_section
+from bench.common import bench_parser, machine_line, publish
 from controlplane.client import Office
 from controlplane.ui import create_app
 from controlplane.ui.queries import Dashboard, RunFilter
@@ -137,11 +135,8 @@ def _summary(plan: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dsn", required=True)
-    parser.add_argument("--seconds", type=float, default=10, help="unused; run.sh passes it")
-    parser.add_argument("--repeat", type=int, default=20)
-    parser.add_argument("--write", type=Path, help="update this markdown file's ui section")
+    parser = bench_parser(__doc__, "ui")  # --seconds is unused: pages are counted
+    parser.add_argument("--repeat", type=int, default=20, help="requests per page")
     args = parser.parse_args()
 
     newest = _load(args.dsn)
@@ -179,10 +174,7 @@ def main() -> None:
     for name, summaries in plans.items():
         body.append(f"- **{name}**:")
         body += [f"  - `{s}`" for s in summaries if s] or ["  - (no nested statement)"]
-    text = "\n".join(body) + "\n"
-    print(text)
-    if args.write:
-        write_section(args.write, "ui", text)
+    publish("\n".join(body) + "\n", "ui", args.write)
 
 
 if __name__ == "__main__":

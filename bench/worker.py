@@ -20,20 +20,18 @@ requested_at`` as the database recorded it. Then the same with
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import random
 import statistics
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import psycopg
 from prometheus_client import CollectorRegistry
 from psycopg_pool import ConnectionPool
 
-from bench.common import Measurement, machine_line, run_sync, write_section
+from bench.common import Measurement, bench_parser, machine_line, publish, run_sync
 from controlplane.aio import AsyncOffice
 from controlplane.client import Office
 from controlplane.models import Run
@@ -202,13 +200,10 @@ def latency(dsn: str, runs: int, notify: bool, poll: float) -> tuple[list[float]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--dsn", required=True)
-    parser.add_argument("--seconds", type=float, default=10.0)
+    parser = bench_parser(__doc__, "worker")
     parser.add_argument("--warmup", type=float, default=2.0)
     parser.add_argument("--backlog", type=int, default=100_000)
     parser.add_argument("--latency-runs", type=int, default=200)
-    parser.add_argument("--write", type=Path, help="update this markdown file's worker section")
     args = parser.parse_args()
     s, w, b = args.seconds, args.warmup, args.backlog
 
@@ -264,9 +259,7 @@ def main() -> None:
             *latencies,
         ]
     )
-    print(body)
-    if args.write:
-        write_section(args.write, "worker", body)
+    publish(body, "worker", args.write)
 
 
 if __name__ == "__main__":
