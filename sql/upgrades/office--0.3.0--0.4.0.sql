@@ -853,6 +853,7 @@ CREATE OR REPLACE FUNCTION office.claim_run(worker_id text DEFAULT NULL, agent_p
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     SET enable_seqscan = off
+    SET enable_bitmapscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -1200,8 +1201,9 @@ COMMENT ON COLUMN office.agent_ready.head_at IS
     'A lower bound of the requested_at of the agent''s oldest queued run when the row was written: the order claim_run() looks at agents in.';
 COMMENT ON COLUMN office.agent_ready.due_at IS
     'NULL: look now. Otherwise the agent''s queued runs all wait on scheduled_retry_at, the earliest until then: claim_run() looks at the row again from that time.';
--- The readiers' look and the claimers' removal, by agent.
-CREATE INDEX idx_agent_ready_agent ON office.agent_ready (agent_profile_id);
+-- The readiers' look (an agent's row with an older head_at) and the
+-- claimers' removal, by agent.
+CREATE INDEX idx_agent_ready_agent ON office.agent_ready (agent_profile_id, head_at);
 -- claim_run(): the rows to look at now, oldest first ...
 CREATE INDEX idx_agent_ready_head ON office.agent_ready (head_at, agent_profile_id COLLATE "C")
     WHERE due_at IS NULL;
@@ -1210,16 +1212,20 @@ CREATE INDEX idx_agent_ready_due ON office.agent_ready (due_at) WHERE due_at IS 
 
 -- Trigger: the readier of office.agent_ready (above), for both tables whose
 -- changes make a run claimable. One function, so the hot path (a queued
--- insert) pays one PL/pgSQL call.
+-- insert) pays one PL/pgSQL call. Its statements are keyed probes (LIMIT 1
+-- or EXISTS) that an index answers in order: no seqscan, no bitmap scan
+-- (which reads every entry of the key, then sorts), whatever the statistics.
 CREATE FUNCTION office._ready_agents() RETURNS trigger
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     SET enable_seqscan = off
+    SET enable_bitmapscan = off
 AS $$
 DECLARE
     v_agents text[];
     v_agent  text;
     v_head   timestamptz;
+    v_listed timestamptz;
     v_look   boolean;
 BEGIN
     IF TG_TABLE_NAME = 'agent_profiles' THEN
@@ -1253,15 +1259,19 @@ BEGIN
              LIMIT 1;
             CONTINUE WHEN v_look AND v_head IS NULL;
         END IF;
+        -- The look is a plain SELECT (an INSERT ... WHERE NOT EXISTS that
+        -- inserts nothing costs several times as much), ordered like
+        -- idx_agent_ready_agent so that no statistics make it walk
+        -- idx_agent_ready_head instead.
         IF v_look THEN
-            INSERT INTO office.agent_ready (agent_profile_id, head_at)
-            SELECT v_agent, v_head
-             WHERE NOT EXISTS (SELECT FROM office.agent_ready r
-                                WHERE r.agent_profile_id = v_agent AND r.due_at IS NULL
-                                  AND r.head_at <= v_head);
-        ELSE
-            INSERT INTO office.agent_ready (agent_profile_id, head_at) VALUES (v_agent, coalesce(v_head, now()));
+            SELECT r.head_at INTO v_listed
+              FROM office.agent_ready r
+             WHERE r.agent_profile_id = v_agent AND r.due_at IS NULL
+             ORDER BY r.agent_profile_id, r.head_at
+             LIMIT 1;
+            CONTINUE WHEN v_listed <= v_head;
         END IF;
+        INSERT INTO office.agent_ready (agent_profile_id, head_at) VALUES (v_agent, coalesce(v_head, now()));
     END LOOP;
     RETURN NULL;
 END
