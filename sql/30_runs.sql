@@ -329,25 +329,40 @@ BEGIN
     IF v_locked IS NULL THEN
         RETURN;
     END IF;
-    DELETE FROM office.agent_ready r
-     WHERE r.agent_profile_id = ANY (v_locked)
-       AND (EXISTS (SELECT FROM office.runs c
-                     WHERE c.agent_profile_id = r.agent_profile_id AND c.status = 'claimed')
-            OR NOT EXISTS (SELECT FROM office.agent_profiles p
-                            WHERE p.id = r.agent_profile_id
-                              AND p.status NOT IN ('paused', 'stopped', 'pending_approval'))
-            OR NOT EXISTS (SELECT FROM office.runs q
-                            WHERE q.agent_profile_id = r.agent_profile_id AND q.status = 'queued'));
+    -- Per agent, lateral probes (LIMIT 1 each; an EXISTS could become a
+    -- hashed subplan over every claimed or queued run).
+    WITH gone AS (
+        SELECT a.agent
+          FROM unnest(v_locked) AS a (agent)
+          LEFT JOIN LATERAL (SELECT true AS busy FROM office.runs c
+                              WHERE c.agent_profile_id = a.agent AND c.status = 'claimed'
+                              LIMIT 1) c ON true
+          LEFT JOIN LATERAL (SELECT true AS accepts FROM office.agent_profiles p
+                              WHERE p.id = a.agent AND p.status NOT IN ('paused', 'stopped', 'pending_approval')
+                              LIMIT 1) p ON true
+          LEFT JOIN LATERAL (SELECT true AS queued FROM office.runs q
+                              WHERE q.agent_profile_id = a.agent AND q.status = 'queued'
+                              LIMIT 1) q ON true
+         WHERE c.busy OR p.accepts IS NULL OR q.queued IS NULL
+    )
+    DELETE FROM office.agent_ready r USING gone WHERE r.agent_profile_id = gone.agent;
+    WITH later AS (
+        SELECT a.agent
+          FROM unnest(v_locked) AS a (agent)
+          JOIN LATERAL (SELECT true AS queued FROM office.runs q
+                         WHERE q.agent_profile_id = a.agent AND q.status = 'queued'
+                         LIMIT 1) q ON true
+          LEFT JOIN LATERAL (SELECT true AS due FROM office.runs d
+                              WHERE d.agent_profile_id = a.agent AND d.status = 'queued'
+                                AND (d.scheduled_retry_at IS NULL OR d.scheduled_retry_at <= now())
+                              LIMIT 1) d ON true
+         WHERE d.due IS NULL
+    )
     UPDATE office.agent_ready r
        SET due_at = (SELECT min(q.scheduled_retry_at) FROM office.runs q
                       WHERE q.agent_profile_id = r.agent_profile_id AND q.status = 'queued')
-     WHERE r.agent_profile_id = ANY (v_locked)
-       AND (r.due_at IS NULL OR r.due_at <= now())
-       AND EXISTS (SELECT FROM office.runs q
-                    WHERE q.agent_profile_id = r.agent_profile_id AND q.status = 'queued')
-       AND NOT EXISTS (SELECT FROM office.runs q
-                        WHERE q.agent_profile_id = r.agent_profile_id AND q.status = 'queued'
-                          AND (q.scheduled_retry_at IS NULL OR q.scheduled_retry_at <= now()));
+      FROM later
+     WHERE r.agent_profile_id = later.agent AND (r.due_at IS NULL OR r.due_at <= now());
 END
 $$;
 COMMENT ON FUNCTION office._unready_agents(text[]) IS
@@ -866,15 +881,19 @@ BEGIN
                  LIMIT 8
             ),
             -- Materialized, so that busy and paused agents are dropped before
-            -- any of their runs is read.
+            -- any of their runs is read. Lateral probes, not EXISTS: the
+            -- planner may turn an EXISTS into a hashed subplan that reads
+            -- every claimed run (one per busy agent) on each call.
             free(agent, ok) AS MATERIALIZED (
-                SELECT ready.agent,
-                       NOT EXISTS (SELECT FROM office.runs x
-                                    WHERE x.agent_profile_id = ready.agent AND x.status = 'claimed')
-                       AND EXISTS (SELECT FROM office.agent_profiles p
-                                    WHERE p.id = ready.agent
-                                      AND p.status NOT IN ('paused', 'stopped', 'pending_approval'))
+                SELECT ready.agent, x.busy IS NULL AND p.accepts IS NOT NULL
                   FROM ready
+                  LEFT JOIN LATERAL (SELECT true AS busy FROM office.runs x
+                                      WHERE x.agent_profile_id = ready.agent AND x.status = 'claimed'
+                                      LIMIT 1) x ON true
+                  LEFT JOIN LATERAL (SELECT true AS accepts FROM office.agent_profiles p
+                                      WHERE p.id = ready.agent
+                                        AND p.status NOT IN ('paused', 'stopped', 'pending_approval')
+                                      LIMIT 1) p ON true
             )
             SELECT array_agg(c.id ORDER BY c.requested_at, c.id COLLATE "C") FILTER (WHERE c.id IS NOT NULL),
                    array_agg(free.agent ORDER BY c.requested_at, c.id COLLATE "C") FILTER (WHERE c.id IS NOT NULL),
