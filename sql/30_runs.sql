@@ -146,7 +146,8 @@ CREATE INDEX idx_run_keys_recorded_run ON office.run_keys_recorded (run_id);
 -- removing the agent's rows right now) or runs under a stricter isolation
 -- (its snapshot may predate what it must see), it inserts a row without
 -- looking. Readiers never wait: not for claimers, not for each other (there
--- is no unique key to wait on, hence the duplicates).
+-- is no unique key to wait on, hence the duplicates; a REPEATABLE READ
+-- producer adds one per run, all removed at the agent's next claim).
 --
 -- Removal (claim_run only, READ COMMITTED only): the claimer takes the
 -- agent's readiness lock EXCLUSIVE with pg_try_* (never waits; a miss leaves
@@ -164,7 +165,9 @@ CREATE INDEX idx_run_keys_recorded_run ON office.run_keys_recorded (run_id);
 -- after C sees C in its statement. So a claimer that deletes an agent's
 -- last row always saw it non-claimable in the snapshot of the very statement
 -- that deleted it, and the next change that makes it claimable readies it
--- again. tests/isolation/specs/runs_ready_race.spec stages the race the lock
+-- again. Time alone (a scheduled_retry_at passing) needs no readier: while
+-- the agent has queued runs its rows are only delayed (due_at), never
+-- deleted. tests/isolation/specs/runs_ready_race.spec stages the race the lock
 -- closes (an enqueue, a finish and a claimer removing the row), and
 -- runs_ready_race_nolock.spec the stall without it.
 --
@@ -845,7 +848,9 @@ BEGIN
     -- one per claim, and the cost does not follow the backlog of busy
     -- agents (nor their number). Of each agent looked at, the oldest due run
     -- (a LIMIT 1 walk of idx_run_agent_queued) is the candidate; the oldest
-    -- of those goes first.
+    -- of those goes first. Across agents the order is the listed head_at,
+    -- which is the agent's oldest queued run when it was listed (a run
+    -- requested by an older, slower transaction may sort after it).
     -- For each candidate: the agent's advisory lock, taken with pg_try_* (a
     -- claimer busy with this agent makes us skip it, never wait); then, in a
     -- statement of its own (READ COMMITTED: a snapshot taken after the lock),
