@@ -116,6 +116,313 @@ COMMENT ON TABLE office.run_keys_recorded IS
 -- run_keys, and the cascade when prune_runs deletes runs.
 CREATE INDEX idx_run_keys_recorded_run ON office.run_keys_recorded (run_id);
 
+-- --- readiness: which agents claim_run() looks at (since 0.4.0) -------------
+--
+-- An unfiltered claim_run() used to find its candidates in the runs index:
+-- a loose scan over every agent with queued runs, busy ones included, so its
+-- cost followed the number of agents with a backlog. office.agent_ready
+-- lists the agents that *may* have a claimable run, and claim_run() walks it
+-- oldest first instead. Rows are hints, not truth:
+--   * a false positive (an agent that is busy, paused, gone or without a due
+--     run) costs a claimer one look, and the claimer removes it (or, when the
+--     agent's queued runs all wait on scheduled_retry_at, sets due_at, so it
+--     is looked at again when the earliest of them is due);
+--   * a false negative (a free, accepting agent with a due queued run and no
+--     row) would be a stall: claim_run() would never hand its runs out. None
+--     may outlast the commit of the transaction that made the run claimable.
+-- An agent may have several rows (readiers only ever insert, see below);
+-- head_at is a lower bound of the requested_at of its oldest queued run when
+-- the row is written, the order claim_run() walks in.
+--
+-- Readying. Every change that can make an agent's run claimable is a
+-- readier, caught by triggers so that no path is missed, plain SQL included:
+-- a run inserted queued (enqueue_run, enqueue_runs, dispatch_wakeup, an
+-- INSERT), a run that becomes queued again (retry_run, recover_stale_runs),
+-- a claim that ends (finish_run, fail_run, cancel_run, retry_run, recovery,
+-- a deleted claimed run), an agent that starts accepting runs (created, or
+-- resumed from paused/stopped/pending_approval). A readier takes the agent's
+-- readiness lock (advisory, hashtextextended('office.runs.ready:' || agent))
+-- SHARED with pg_try_* and, when it gets it (READ COMMITTED), looks in fresh
+-- statements: a claim end first looks for a queued run of the agent (none:
+-- nothing to do), then every readier inserts a row unless a due one with an
+-- older head_at is there (so the everyday enqueue for an agent that already
+-- has a row writes nothing). When it does not get the lock (a claimer is
+-- removing the agent's rows right now) or runs under a stricter isolation
+-- (its snapshot may predate what it must see), it inserts a row without
+-- looking. Readiers never wait: not for claimers, not for each other (there
+-- is no unique key to wait on, hence the duplicates; a REPEATABLE READ
+-- producer adds one per run, all removed at the agent's next claim).
+--
+-- Removal (claim_run only, READ COMMITTED only): the claimer takes the
+-- agent's readiness lock EXCLUSIVE with pg_try_* (never waits; a miss leaves
+-- the rows for later) and keeps it to the end of its transaction; then ONE
+-- statement deletes the agent's rows if, in its snapshot, the agent holds a
+-- claim, does not accept runs (or is gone) or has no queued run; another
+-- sets due_at on what is left when none of its queued runs is due. Why no
+-- stall survives: take the commit C after which the agent stays claimable.
+-- C was a readier. (1) If it inserted a row, that row commits with C, and a
+-- delete that sees the row sees C too, so it finds the agent claimable and
+-- keeps it. (2) If it found a due row instead, it held the shared lock from
+-- before that look to its commit: a claimer holding the exclusive lock
+-- before had committed its delete before the look (locks are released after
+-- commit), so the row C saw was not deleted by it; one that gets the lock
+-- after C sees C in its statement. So a claimer that deletes an agent's
+-- last row always saw it non-claimable in the snapshot of the very statement
+-- that deleted it, and the next change that makes it claimable readies it
+-- again. Time alone (a scheduled_retry_at passing) needs no readier: while
+-- the agent has queued runs its rows are only delayed (due_at), never
+-- deleted. tests/isolation/specs/runs_ready_race.spec stages the race the lock
+-- closes (an enqueue, a finish and a claimer removing the row), and
+-- runs_ready_race_nolock.spec the stall without it.
+--
+-- Backstop: a path that bypasses the triggers (session_replication_role =
+-- replica, disabled triggers, a restore with --disable-triggers) can leave
+-- a claimable agent without a row. office._repair_agent_ready(), run by
+-- recover_stale_runs (the daemon's recovery loop, every minute by default),
+-- inserts the rows such agents lack; so such a run waits at most one
+-- recovery interval for an unfiltered claim_run() (claim_run(worker, agent)
+-- never reads the table).
+CREATE TABLE office.agent_ready (
+    agent_profile_id text NOT NULL,
+    head_at          timestamptz NOT NULL,
+    due_at           timestamptz
+);
+SELECT pg_catalog.pg_extension_config_dump('office.agent_ready', '');
+-- No key (see above): a publication FOR ALL TABLES would refuse its deletes
+-- without a replica identity, and claim_run deletes from it.
+ALTER TABLE office.agent_ready REPLICA IDENTITY FULL;
+REVOKE ALL ON TABLE office.agent_ready FROM PUBLIC;
+COMMENT ON TABLE office.agent_ready IS
+    'Agents that may have a claimable run, the list an unfiltered claim_run() walks (oldest head_at first); written by triggers on runs and agent_profiles, cleaned by claim_run, repaired by recover_stale_runs. Hints: false positives and duplicates are allowed, never a claimable agent left out (since 0.4.0).';
+COMMENT ON COLUMN office.agent_ready.head_at IS
+    'A lower bound of the requested_at of the agent''s oldest queued run when the row was written: the order claim_run() looks at agents in.';
+COMMENT ON COLUMN office.agent_ready.due_at IS
+    'NULL: look now. Otherwise the agent''s queued runs all wait on scheduled_retry_at, the earliest until then: claim_run() looks at the row again from that time.';
+-- The readiers' look (an agent's row with an older head_at) and the
+-- claimers' removal, by agent.
+CREATE INDEX idx_agent_ready_agent ON office.agent_ready (agent_profile_id, head_at);
+-- claim_run(): the rows to look at now, oldest first ...
+CREATE INDEX idx_agent_ready_head ON office.agent_ready (head_at, agent_profile_id COLLATE "C")
+    WHERE due_at IS NULL;
+-- ... and the delayed ones, by when they are due.
+CREATE INDEX idx_agent_ready_due ON office.agent_ready (due_at) WHERE due_at IS NOT NULL;
+
+-- Trigger: the readier of office.agent_ready (above), for both tables whose
+-- changes make a run claimable. One function, so the hot path (a queued
+-- insert) pays one PL/pgSQL call. Its statements are keyed probes (LIMIT 1
+-- or EXISTS) that an index answers in order: no seqscan, no bitmap scan
+-- (which reads every entry of the key, then sorts), whatever the statistics.
+CREATE FUNCTION office._ready_agents() RETURNS trigger
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    SET enable_seqscan = off
+    SET enable_bitmapscan = off
+AS $$
+DECLARE
+    v_agents text[];
+    v_agent  text;
+    v_head   timestamptz;
+    v_listed timestamptz;
+    v_look   boolean;
+BEGIN
+    IF TG_TABLE_NAME = 'agent_profiles' THEN
+        -- (the WHEN clause: it accepts runs, and did not or had another id)
+        v_agents := ARRAY[NEW.id];
+    ELSIF TG_OP = 'INSERT' THEN
+        -- (the WHEN clause: a queued run) Its own requested_at is the head:
+        -- no lookup on the enqueue path.
+        v_agents := ARRAY[NEW.agent_profile_id];
+        v_head := NEW.requested_at;
+    ELSE
+        -- A run that became queued again, a claim that ended: the agent's
+        -- oldest queued run is the head, looked up below.
+        v_agents := '{}';
+        IF TG_OP = 'UPDATE' AND NEW.status = 'queued' THEN
+            v_agents := ARRAY[NEW.agent_profile_id];
+        END IF;
+        IF OLD.status = 'claimed' AND OLD.agent_profile_id <> ALL (v_agents) THEN
+            v_agents := v_agents || OLD.agent_profile_id;
+        END IF;
+    END IF;
+    FOREACH v_agent IN ARRAY v_agents LOOP
+        v_look := current_setting('transaction_isolation') = 'read committed'
+                  AND pg_try_advisory_xact_lock_shared(hashtextextended('office.runs.ready:' || v_agent, 0));
+        IF TG_TABLE_NAME = 'agent_profiles' OR TG_OP <> 'INSERT' THEN
+            -- After the lock, in a statement of its own.
+            SELECT q.requested_at INTO v_head
+              FROM office.runs q
+             WHERE q.agent_profile_id = v_agent AND q.status = 'queued'
+             ORDER BY q.requested_at, q.id COLLATE "C"
+             LIMIT 1;
+            CONTINUE WHEN v_look AND v_head IS NULL;
+        END IF;
+        -- The look is a plain SELECT (an INSERT ... WHERE NOT EXISTS that
+        -- inserts nothing costs several times as much), ordered like
+        -- idx_agent_ready_agent so that no statistics make it walk
+        -- idx_agent_ready_head instead.
+        IF v_look THEN
+            SELECT r.head_at INTO v_listed
+              FROM office.agent_ready r
+             WHERE r.agent_profile_id = v_agent AND r.due_at IS NULL
+             ORDER BY r.agent_profile_id, r.head_at
+             LIMIT 1;
+            CONTINUE WHEN v_listed <= v_head;
+        END IF;
+        INSERT INTO office.agent_ready (agent_profile_id, head_at) VALUES (v_agent, coalesce(v_head, now()));
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION office._ready_agents() IS
+    'Trigger: lists in office.agent_ready the agent of a run inserted queued, of a run queued again or of a claim that ended (when it has queued runs), and an agent that starts accepting runs (when it has queued runs); under its readiness lock, shared, never waiting.';
+REVOKE EXECUTE ON FUNCTION office._ready_agents() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._ready_agents() TO office_admin;
+
+CREATE TRIGGER runs_30_ready_insert
+    AFTER INSERT ON office.runs
+    FOR EACH ROW
+    WHEN (NEW.status = 'queued')
+    EXECUTE FUNCTION office._ready_agents();
+
+-- A claim (queued -> claimed), a coalesce or a heartbeat does not fire it.
+CREATE TRIGGER runs_30_ready_update
+    AFTER UPDATE OF status, agent_profile_id, requested_at, scheduled_retry_at ON office.runs
+    FOR EACH ROW
+    WHEN ((NEW.status = 'queued'
+           AND (OLD.status <> 'queued' OR OLD.agent_profile_id <> NEW.agent_profile_id
+                OR NEW.requested_at < OLD.requested_at
+                OR NEW.scheduled_retry_at IS DISTINCT FROM OLD.scheduled_retry_at))
+          OR (OLD.status = 'claimed'
+              AND (NEW.status <> 'claimed' OR OLD.agent_profile_id <> NEW.agent_profile_id)))
+    EXECUTE FUNCTION office._ready_agents();
+
+CREATE TRIGGER runs_30_ready_delete
+    AFTER DELETE ON office.runs
+    FOR EACH ROW
+    WHEN (OLD.status = 'claimed')
+    EXECUTE FUNCTION office._ready_agents();
+
+CREATE TRIGGER agent_profiles_30_ready_insert
+    AFTER INSERT ON office.agent_profiles
+    FOR EACH ROW
+    WHEN (NEW.status <> ALL (office._statuses_refusing_runs()))
+    EXECUTE FUNCTION office._ready_agents();
+
+CREATE TRIGGER agent_profiles_30_ready_update
+    AFTER UPDATE OF id, status ON office.agent_profiles
+    FOR EACH ROW
+    WHEN (NEW.status <> ALL (office._statuses_refusing_runs())
+          AND (OLD.status = ANY (office._statuses_refusing_runs()) OR OLD.id IS DISTINCT FROM NEW.id))
+    EXECUTE FUNCTION office._ready_agents();
+
+-- Internal: claim_run's removal of agents' rows from office.agent_ready
+-- (above): under each agent's readiness lock taken exclusive with pg_try_*
+-- (an agent whose lock is busy keeps its rows), one statement deletes them
+-- where the agent holds a claim, does not accept runs or has no queued run;
+-- another sets due_at where none of its queued runs is due. Each decides in
+-- its own snapshot, taken after the locks. Nothing under a stricter
+-- isolation, whose snapshot may be older than the locks.
+CREATE FUNCTION office._unready_agents(agents text[]) RETURNS void
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+    SET enable_seqscan = off
+AS $$
+DECLARE
+    v_locked text[];
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RETURN;
+    END IF;
+    SELECT array_agg(a.agent) INTO v_locked
+      FROM unnest(_unready_agents.agents) AS a (agent)
+     WHERE pg_try_advisory_xact_lock(hashtextextended('office.runs.ready:' || a.agent, 0));
+    IF v_locked IS NULL THEN
+        RETURN;
+    END IF;
+    -- Per agent, lateral probes (LIMIT 1 each; an EXISTS could become a
+    -- hashed subplan over every claimed or queued run).
+    WITH gone AS (
+        SELECT a.agent
+          FROM unnest(v_locked) AS a (agent)
+          LEFT JOIN LATERAL (SELECT true AS busy FROM office.runs c
+                              WHERE c.agent_profile_id = a.agent AND c.status = 'claimed'
+                              LIMIT 1) c ON true
+          LEFT JOIN LATERAL (SELECT true AS accepts FROM office.agent_profiles p
+                              WHERE p.id = a.agent AND p.status <> ALL (office._statuses_refusing_runs())
+                              LIMIT 1) p ON true
+          LEFT JOIN LATERAL (SELECT true AS queued FROM office.runs q
+                              WHERE q.agent_profile_id = a.agent AND q.status = 'queued'
+                              LIMIT 1) q ON true
+         WHERE c.busy OR p.accepts IS NULL OR q.queued IS NULL
+    )
+    DELETE FROM office.agent_ready r USING gone WHERE r.agent_profile_id = gone.agent;
+    WITH later AS (
+        SELECT a.agent
+          FROM unnest(v_locked) AS a (agent)
+          JOIN LATERAL (SELECT true AS queued FROM office.runs q
+                         WHERE q.agent_profile_id = a.agent AND q.status = 'queued'
+                         LIMIT 1) q ON true
+          LEFT JOIN LATERAL (SELECT true AS due FROM office.runs d
+                              WHERE d.agent_profile_id = a.agent AND d.status = 'queued'
+                                AND (d.scheduled_retry_at IS NULL OR d.scheduled_retry_at <= now())
+                              LIMIT 1) d ON true
+         WHERE d.due IS NULL
+    )
+    UPDATE office.agent_ready r
+       SET due_at = (SELECT min(q.scheduled_retry_at) FROM office.runs q
+                      WHERE q.agent_profile_id = r.agent_profile_id AND q.status = 'queued')
+      FROM later
+     WHERE r.agent_profile_id = later.agent AND (r.due_at IS NULL OR r.due_at <= now());
+END
+$$;
+COMMENT ON FUNCTION office._unready_agents(text[]) IS
+    'Internal (claim_run): removes from office.agent_ready the rows of these agents that hold a claim, do not accept runs or have no queued run, and sets due_at on those whose queued runs are all delayed; only agents whose readiness lock it gets at once, exclusive; nothing outside READ COMMITTED.';
+REVOKE EXECUTE ON FUNCTION office._unready_agents(text[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._unready_agents(text[]) TO office_admin;
+
+-- Internal: the backstop of office.agent_ready (above). A loose scan of
+-- idx_run_agent_queued (one index descent per agent with queued runs) finds
+-- the agents that are free, accept runs and have no row at all, and inserts
+-- one each (without the lock: a row is never wrong, only possibly useless).
+-- recover_stale_runs runs it, so a claimable agent a bypassing path left out
+-- waits at most one recovery interval. Returns how many it inserted.
+CREATE FUNCTION office._repair_agent_ready() RETURNS int
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+    SET enable_seqscan = off
+AS $$
+DECLARE
+    v_count int;
+BEGIN
+    WITH RECURSIVE agents(agent) AS (
+        (SELECT q.agent_profile_id FROM office.runs q
+          WHERE q.status = 'queued' ORDER BY q.agent_profile_id LIMIT 1)
+        UNION ALL
+        SELECT (SELECT q.agent_profile_id FROM office.runs q
+                 WHERE q.status = 'queued' AND q.agent_profile_id > agents.agent
+                 ORDER BY q.agent_profile_id LIMIT 1)
+          FROM agents WHERE agents.agent IS NOT NULL
+    )
+    INSERT INTO office.agent_ready (agent_profile_id, head_at)
+    SELECT agents.agent,
+           (SELECT q.requested_at FROM office.runs q
+             WHERE q.agent_profile_id = agents.agent AND q.status = 'queued'
+             ORDER BY q.requested_at, q.id COLLATE "C" LIMIT 1)
+      FROM agents
+     WHERE agents.agent IS NOT NULL
+       AND NOT EXISTS (SELECT FROM office.agent_ready r WHERE r.agent_profile_id = agents.agent)
+       AND NOT EXISTS (SELECT FROM office.runs c WHERE c.agent_profile_id = agents.agent AND c.status = 'claimed')
+       AND EXISTS (SELECT FROM office.agent_profiles p
+                    WHERE p.id = agents.agent AND p.status <> ALL (office._statuses_refusing_runs()));
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END
+$$;
+COMMENT ON FUNCTION office._repair_agent_ready() IS
+    'Internal (recover_stale_runs): inserts an office.agent_ready row for every free, accepting agent with queued runs that has none (left out by a path that bypassed the triggers). Returns the count.';
+REVOKE EXECUTE ON FUNCTION office._repair_agent_ready() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._repair_agent_ready() TO office_admin;
+
 -- Internal: takes one enqueue lock (a key's or a bucket's). Under READ
 -- COMMITTED the statements after it read what the previous holder
 -- committed; a stricter transaction that had to wait cannot (its snapshot is
@@ -315,7 +622,7 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'OFA01', MESSAGE = format('agent %s not found', quote_literal(v_agent));
     END IF;
-    IF v_status IN ('paused', 'stopped', 'pending_approval') THEN
+    IF v_status = ANY (office._statuses_refusing_runs()) THEN
         RAISE EXCEPTION USING ERRCODE = 'OFA02',
             MESSAGE = format('agent %s is %s and does not accept runs', quote_literal(v_agent), v_status);
     END IF;
@@ -519,7 +826,7 @@ BEGIN
                        AND coalesce(length(y.key) <= 512, true)
                        AND (y.cause IS NULL OR (y.cause IN ('unresolved', 'by_design') AND y.key IS NULL))
                        AND EXISTS (SELECT FROM office.agent_profiles a
-                                    WHERE a.id = y.agent AND a.status NOT IN ('paused', 'stopped', 'pending_approval'))
+                                    WHERE a.id = y.agent AND a.status <> ALL (office._statuses_refusing_runs()))
                    END IS TRUE AS valid
               FROM (SELECT e.n, e.value, jsonb_typeof(e.value) = 'object' AS is_object,
                            e.value ->> 'agent_profile_id' AS agent, e.value ->> 'reason' AS reason,
@@ -691,11 +998,17 @@ COMMENT ON FUNCTION office.enqueue_runs(jsonb) IS
 REVOKE EXECUTE ON FUNCTION office.enqueue_runs(jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.enqueue_runs(jsonb) TO office_producer, office_admin;
 
+-- enable_bitmapscan = off as well: office.agent_ready is small and churns
+-- (a row deleted per claim, inserted per claim end), and against its
+-- statistics a bitmap scan plus a sort looks cheaper than walking
+-- idx_agent_ready_head in order; but a bitmap scan visits every dead entry
+-- again on every call, where an index scan marks them dead once.
 CREATE FUNCTION office.claim_run(worker_id text DEFAULT NULL, agent_profile_id text DEFAULT NULL)
     RETURNS SETOF office.runs
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     SET enable_seqscan = off
+    SET enable_bitmapscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -704,18 +1017,24 @@ DECLARE
     v_skip_runs   text[] := '{}';
     v_cand_ids    text[];
     v_cand_agents text[];
+    v_stale       text[];
     v_cand_id     text;
     v_cand_agent  text;
     v_row         office.runs;
 BEGIN
     PERFORM office._check_short_text('worker_id', claim_run.worker_id);
-    -- One candidate at a time, oldest first. Without an agent, a loose scan
-    -- of idx_run_agent_queued visits each agent that has queued runs once
-    -- (one index descent per agent, not one row per queued run), keeps the
-    -- agents that accept runs and hold no claim, and takes the oldest due run
-    -- of each (a LIMIT 1 walk of the same index); the oldest of those is the
-    -- candidate. So the cost follows the number of agents with a backlog, not
-    -- the backlog of agents that already hold a claim.
+    -- One candidate at a time, oldest first. Without an agent, the agents
+    -- looked at are the first 8 of office.agent_ready (oldest head_at first,
+    -- those due now): an agent that holds a claim, does not accept runs or
+    -- has no due run is not a candidate but a stale row, removed (or
+    -- delayed to its due_at) by _unready_agents, and the scan goes on past
+    -- it. So a busy agent costs one look after it last became ready, not
+    -- one per claim, and the cost does not follow the backlog of busy
+    -- agents (nor their number). Of each agent looked at, the oldest due run
+    -- (a LIMIT 1 walk of idx_run_agent_queued) is the candidate; the oldest
+    -- of those goes first. Across agents the order is the listed head_at,
+    -- which is the agent's oldest queued run when it was listed (a run
+    -- requested by an older, slower transaction may sort after it).
     -- For each candidate: the agent's advisory lock, taken with pg_try_* (a
     -- claimer busy with this agent makes us skip it, never wait); then, in a
     -- statement of its own (READ COMMITTED: a snapshot taken after the lock),
@@ -723,10 +1042,11 @@ BEGIN
     -- before we got the lock; then the row itself with SKIP LOCKED. Every
     -- claimer holds the agent's lock until its transaction ends, so no claim
     -- can be in flight unseen: no 23505 on idx_run_one_claimed_per_agent,
-    -- which stays as the backstop in the table.
-    -- The scan returns the oldest due run of each of up to 8 free agents,
-    -- oldest first: an agent that another claimer is busy with, or that got
-    -- a claim meanwhile, is skipped for the next one of that list, not for a
+    -- which stays as the backstop in the table. An agent just claimed holds
+    -- a claim: its rows in office.agent_ready go (the claim's end readies it
+    -- again).
+    -- An agent that another claimer is busy with, or that got a claim
+    -- meanwhile, is skipped for the next candidate of the list, not for a
     -- new scan (concurrent claimers all find the same oldest candidate, and
     -- the scan is most of a claim's cost: bench/hotpath.py). A candidate run
     -- that is gone (claimed, cancelled, locked) starts a new scan, since its
@@ -734,40 +1054,53 @@ BEGIN
     <<scan>>
     LOOP
         IF v_agent IS NULL THEN
-            WITH RECURSIVE agents(agent) AS (
-                (SELECT q.agent_profile_id FROM office.runs q
-                  WHERE q.status = 'queued' ORDER BY q.agent_profile_id LIMIT 1)
-                UNION ALL
-                SELECT (SELECT q.agent_profile_id FROM office.runs q
-                         WHERE q.status = 'queued' AND q.agent_profile_id > agents.agent
-                         ORDER BY q.agent_profile_id LIMIT 1)
-                  FROM agents WHERE agents.agent IS NOT NULL
+            WITH ready(agent, head_at) AS MATERIALIZED (
+                SELECT e.agent_profile_id, min(e.head_at)
+                  FROM ((SELECT r.agent_profile_id, r.head_at FROM office.agent_ready r
+                          WHERE r.due_at IS NULL AND r.agent_profile_id <> ALL (v_skip_agents)
+                          ORDER BY r.head_at, r.agent_profile_id COLLATE "C"
+                          LIMIT 8)
+                        UNION ALL
+                        (SELECT r.agent_profile_id, r.head_at FROM office.agent_ready r
+                          WHERE r.due_at <= now() AND r.agent_profile_id <> ALL (v_skip_agents)
+                          ORDER BY r.due_at
+                          LIMIT 8)) AS e
+                 GROUP BY e.agent_profile_id
+                 ORDER BY min(e.head_at), e.agent_profile_id COLLATE "C"
+                 LIMIT 8
             ),
             -- Materialized, so that busy and paused agents are dropped before
-            -- any of their runs is read.
-            free(agent) AS MATERIALIZED (
-                SELECT agents.agent FROM agents
-                 WHERE agents.agent IS NOT NULL AND agents.agent <> ALL (v_skip_agents)
-                   AND NOT EXISTS (SELECT FROM office.runs x
-                                    WHERE x.agent_profile_id = agents.agent AND x.status = 'claimed')
-                   AND EXISTS (SELECT FROM office.agent_profiles p
-                                WHERE p.id = agents.agent
-                                  AND p.status NOT IN ('paused', 'stopped', 'pending_approval'))
+            -- any of their runs is read. Lateral probes, not EXISTS: the
+            -- planner may turn an EXISTS into a hashed subplan that reads
+            -- every claimed run (one per busy agent) on each call.
+            free(agent, ok) AS MATERIALIZED (
+                SELECT ready.agent, x.busy IS NULL AND p.accepts IS NOT NULL
+                  FROM ready
+                  LEFT JOIN LATERAL (SELECT true AS busy FROM office.runs x
+                                      WHERE x.agent_profile_id = ready.agent AND x.status = 'claimed'
+                                      LIMIT 1) x ON true
+                  LEFT JOIN LATERAL (SELECT true AS accepts FROM office.agent_profiles p
+                                      WHERE p.id = ready.agent
+                                        AND p.status <> ALL (office._statuses_refusing_runs())
+                                      LIMIT 1) p ON true
             )
-            SELECT array_agg(o.id ORDER BY o.requested_at, o.id COLLATE "C"),
-                   array_agg(o.agent_profile_id ORDER BY o.requested_at, o.id COLLATE "C")
-              INTO v_cand_ids, v_cand_agents
-              FROM (SELECT c.id, c.agent_profile_id, c.requested_at
-                      FROM free
-                     CROSS JOIN LATERAL (SELECT q.id, q.agent_profile_id, q.requested_at
-                                           FROM office.runs q
-                                          WHERE q.status = 'queued' AND q.agent_profile_id = free.agent
-                                            AND (q.scheduled_retry_at IS NULL OR q.scheduled_retry_at <= now())
-                                            AND q.id <> ALL (v_skip_runs)
-                                          ORDER BY q.requested_at, q.id COLLATE "C"
-                                          LIMIT 1) c
-                     ORDER BY c.requested_at, c.id COLLATE "C"
-                     LIMIT 8) o;
+            SELECT array_agg(c.id ORDER BY c.requested_at, c.id COLLATE "C") FILTER (WHERE c.id IS NOT NULL),
+                   array_agg(free.agent ORDER BY c.requested_at, c.id COLLATE "C") FILTER (WHERE c.id IS NOT NULL),
+                   array_agg(free.agent) FILTER (WHERE c.id IS NULL)
+              INTO v_cand_ids, v_cand_agents, v_stale
+              FROM free
+              LEFT JOIN LATERAL (SELECT q.id, q.requested_at
+                                   FROM office.runs q
+                                  WHERE free.ok AND q.status = 'queued' AND q.agent_profile_id = free.agent
+                                    AND (q.scheduled_retry_at IS NULL OR q.scheduled_retry_at <= now())
+                                    AND q.id <> ALL (v_skip_runs)
+                                  ORDER BY q.requested_at, q.id COLLATE "C"
+                                  LIMIT 1) c ON true;
+            IF v_stale IS NOT NULL THEN
+                PERFORM office._unready_agents(v_stale);
+                v_skip_agents := v_skip_agents || v_stale;
+                CONTINUE scan WHEN v_cand_ids IS NULL;
+            END IF;
         ELSE
             -- One agent: its oldest due run, read in index order (never a
             -- sort of its backlog); nothing when it holds a claim or does not
@@ -779,7 +1112,7 @@ BEGIN
                AND q.id <> ALL (v_skip_runs)
                AND NOT EXISTS (SELECT FROM office.runs x WHERE x.agent_profile_id = v_agent AND x.status = 'claimed')
                AND EXISTS (SELECT FROM office.agent_profiles p
-                            WHERE p.id = v_agent AND p.status NOT IN ('paused', 'stopped', 'pending_approval'))
+                            WHERE p.id = v_agent AND p.status <> ALL (office._statuses_refusing_runs()))
              ORDER BY q.requested_at, q.id COLLATE "C"
              LIMIT 1;
         END IF;
@@ -788,7 +1121,7 @@ BEGIN
         FOR i IN 1 .. cardinality(v_cand_ids) LOOP
             v_cand_id := v_cand_ids[i];
             v_cand_agent := v_cand_agents[i];
-            IF NOT pg_try_advisory_xact_lock(hashtextextended('office.runs.claim:' || v_cand_agent, 0)) THEN
+            IF NOT pg_try_advisory_xact_lock(hashtextextended(office._lock_key('runs.claim', v_cand_agent), 0)) THEN
                 EXIT scan WHEN v_agent IS NOT NULL;
                 v_skip_agents := v_skip_agents || v_cand_agent;
                 CONTINUE;
@@ -807,6 +1140,7 @@ BEGIN
                               FOR UPDATE SKIP LOCKED)
             RETURNING r.* INTO v_row;
             IF FOUND THEN
+                PERFORM office._unready_agents(ARRAY[v_cand_agent]);
                 RETURN NEXT v_row;
                 RETURN;
             END IF;
@@ -962,6 +1296,9 @@ DECLARE
     v_state text;
 BEGIN
     PERFORM office._check_interval('older_than', recover_stale_runs.older_than);
+    -- The periodic backstop of office.agent_ready (see there); the runs
+    -- requeued below are readied by its trigger.
+    PERFORM office._repair_agent_ready();
     -- A lease lapses when the worker's last heartbeat (its claim, if it
     -- never sent one) is older than the limit. A run its worker is finishing
     -- or heart-beating right now is locked: skip it. A run set aside
@@ -1009,7 +1346,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION office.recover_stale_runs(interval) IS
-    'A claimed run whose heartbeat_at (its claimed_at if it never sent one) is older than older_than -> queued (claimed_at, claimed_by, heartbeat_at cleared; attempt kept, so its next claim fences the lost worker). A run that cannot be requeued is set aside (office.poison, loop recovery) and the others are recovered. Returns the count.';
+    'A claimed run whose heartbeat_at (its claimed_at if it never sent one) is older than older_than -> queued (claimed_at, claimed_by, heartbeat_at cleared; attempt kept, so its next claim fences the lost worker). A run that cannot be requeued is set aside (office.poison, loop recovery) and the others are recovered. Also repairs office.agent_ready (a claimable agent left out by a path that bypassed its triggers). Returns the count of runs recovered.';
 REVOKE EXECUTE ON FUNCTION office.recover_stale_runs(interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.recover_stale_runs(interval) TO office_admin;
 

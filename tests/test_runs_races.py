@@ -271,6 +271,8 @@ def test_claim_recover_reclaim_fences_the_stale_worker(db: Conn, dsn: str, agent
         "runs_redeliver_race_nolock",
         "runs_claim_race",
         "runs_claim_race_nolock",
+        "runs_ready_race",
+        "runs_ready_race_nolock",
     ],
 )
 def test_isolation_spec(spec: str) -> None:

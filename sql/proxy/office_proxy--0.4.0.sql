@@ -1590,7 +1590,7 @@ AS $fn$
     SELECT coalesce(pg_catalog.sum(n), 0)::integer FROM office._all_recover_stale_runs(0, $1) AS n
 $fn$;
 COMMENT ON FUNCTION office.recover_stale_runs(older_than interval) IS
-    'A claimed run whose heartbeat_at (its claimed_at if it never sent one) is older than older_than -> queued (claimed_at, claimed_by, heartbeat_at cleared; attempt kept, so its next claim fences the lost worker). A run that cannot be requeued is set aside (office.poison, loop recovery) and the others are recovered. Returns the count.';
+    'A claimed run whose heartbeat_at (its claimed_at if it never sent one) is older than older_than -> queued (claimed_at, claimed_by, heartbeat_at cleared; attempt kept, so its next claim fences the lost worker). A run that cannot be requeued is set aside (office.poison, loop recovery) and the others are recovered. Also repairs office.agent_ready (a claimable agent left out by a path that bypassed its triggers). Returns the count of runs recovered.';
 REVOKE EXECUTE ON FUNCTION office.recover_stale_runs(older_than interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.recover_stale_runs(older_than interval) TO office_admin;
 
