@@ -962,8 +962,11 @@ BEGIN
                        AND jsonb_typeof(y.payload) = 'object' AND octet_length(y.payload::text) <= 1048576
                        AND coalesce(length(y.key) <= 512, true)
                        AND (y.cause IS NULL OR (y.cause IN ('unresolved', 'by_design') AND y.key IS NULL))
-                       AND EXISTS (SELECT FROM office.agent_profiles a
-                                    WHERE a.id = y.agent AND a.status <> ALL (office._statuses_refusing_runs()))
+                       -- A LIMIT 1 probe, not EXISTS: PostgreSQL 18 plans that EXISTS
+                       -- as a hashed subplan over every agent (a scan of the table).
+                       AND coalesce((SELECT true FROM office.agent_profiles a
+                                      WHERE a.id = y.agent AND a.status <> ALL (office._statuses_refusing_runs())
+                                      LIMIT 1), false)
                    END IS TRUE AS valid
               FROM (SELECT e.n, e.value, jsonb_typeof(e.value) = 'object' AS is_object,
                            e.value ->> 'agent_profile_id' AS agent, e.value ->> 'reason' AS reason,
