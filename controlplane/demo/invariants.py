@@ -1,0 +1,116 @@
+"""The invariants, read from the database at the end of the race."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from controlplane.client import Office
+from controlplane.client import queries as q
+from controlplane.demo.ledger import Occurrence
+from controlplane.demo.workers import DeadWorker
+from controlplane.demo.world import World
+
+
+@dataclass
+class Invariant:
+    name: str
+    held: bool
+    detail: str
+
+
+def check(
+    office: Office, prefix: str, world: World, dead: DeadWorker, occurrences: list[Occurrence]
+) -> list[Invariant]:
+    p = prefix + "-%"
+    result: list[Invariant] = []
+
+    twice = office.fetch(q.DEMO_KEYS_HELD_TWICE)[0]
+    result.append(
+        Invariant(
+            "one run per key",
+            twice["runs"] == 0 and twice["wakeups"] == 0,
+            f"{twice['runs']} keys with several runs, {twice['wakeups']} with several wakeups",
+        )
+    )
+
+    # The producers' side: each occurrence they made has one run carrying
+    # its key, or was coalesced into a queued run of its bucket.
+    run_keys = [o.key for o in occurrences if o.queue == "runs"]
+    wake_keys = [o.key for o in occurrences if o.queue == "wakeup"]
+    by_key = {
+        r["idempotency_key"]: int(r["n"]) for r in office.fetch(q.DEMO_RUNS_BY_KEY, {"k": run_keys})
+    }
+    wake_by_key = {
+        r["idempotency_key"]: int(r["n"])
+        for r in office.fetch(q.DEMO_WAKEUPS_BY_KEY, {"k": wake_keys})
+    }
+    buckets = {
+        (r["agent_profile_id"], r["reason"], r["task_id"])
+        for r in office.fetch(q.DEMO_COALESCED_BUCKETS, {"p": p})
+    }
+    bad: list[str] = []
+    via_coalesce = 0
+    for o in occurrences:
+        if o.queue == "wakeup":
+            if wake_by_key.get(o.key, 0) != 1:
+                bad.append(f"{o.key}: {wake_by_key.get(o.key, 0)} wakeups")
+            continue
+        n = by_key.get(o.key, 0)
+        if n == 1:
+            continue
+        if n == 0 and (o.agent, o.reason, o.task_id) in buckets:
+            via_coalesce += 1
+            continue
+        bad.append(f"{o.key}: {n} runs")
+    result.append(
+        Invariant(
+            "every occurrence has exactly one run (or was coalesced into one)",
+            not bad,
+            f"{len(occurrences)} occurrences, {via_coalesce} by coalescing"
+            + (f"; {len(bad)} wrong, e.g. {bad[0]}" if bad else ""),
+        )
+    )
+
+    stuck = [
+        s.parent_task_id
+        for s in office.list_stuck_parents(1000)
+        if s.parent_task_id.startswith(prefix + "-")
+    ]
+    result.append(
+        Invariant(
+            "no stuck parent after a final sweep",
+            not stuck,
+            ", ".join(stuck) if stuck else f"{len(world.parents)} parents, none stuck",
+        )
+    )
+
+    held = office.fetch(q.DEMO_HELD_ROUTINE_GATES, {"p": p})[0]["n"]
+    result.append(
+        Invariant(
+            "no routine gate held by a terminal task",
+            held == 0,
+            f"{held} task_created routine runs with a terminal task",
+        )
+    )
+
+    pending = office.fetch(q.DEMO_PENDING_EVENTS, {"p": p})[0]["n"]
+    result.append(Invariant("every event handled", pending == 0, f"{pending} pending"))
+
+    d = dead
+    recovered = (
+        d.recovered
+        and d.settled_attempt is not None
+        and d.settled_attempt > d.attempt
+        and d.settled_by not in (None, "worker-doomed")
+        and d.late_finish_accepted is False
+    )
+    result.append(
+        Invariant(
+            "a dead worker's claim is recovered, settled by another, its late finish refused",
+            recovered,
+            f"attempt {d.attempt} → {d.settled_as or 'not settled'} by {d.settled_by} at "
+            f"attempt {d.settled_attempt}; late finish_run "
+            + {True: "accepted", False: "refused", None: "never made"}[d.late_finish_accepted],
+        )
+    )
+    return result
