@@ -72,6 +72,15 @@ def test_demo_json_report_shows_every_invariant_held_and_every_suppression(dsn: 
             (report["prefix"] + "-%",),
         ).fetchone()
         assert runs is not None and runs[0] == counts["runs_created"]
+        # Each finish the fleet reports is a finished run, counted once
+        # (the fleet is stopped twice: when the race settles and on the way out).
+        finished = db.execute(
+            "SELECT count(*) FROM office.runs"
+            " WHERE agent_profile_id LIKE %s AND status = 'finished'",
+            (report["prefix"] + "-%",),
+        ).fetchone()
+        assert finished is not None
+        assert 0 < report["producers"]["runs finished"] <= finished[0] == counts["runs_finished"]
         windowed = db.execute(
             "SELECT coalesce(sum(total), 0) FROM office.dedup_stats WHERE kind = 'windowed'"
         ).fetchone()

@@ -52,6 +52,7 @@ class Fleet:
         #: The fleet stays on duty after the race (``race.stop``), until the
         #: demo settled.
         self.stopping = threading.Event()
+        self.stopped = False
         self.workers: list[tuple[Worker, threading.Thread]] = []
         #: The fleet's outcomes (office_worker_runs_total), apart from the
         #: frozen worker's.
@@ -125,7 +126,11 @@ class Fleet:
             )
 
     def stop(self) -> None:
-        """Stop the fleet; its outcomes go into the ledger."""
+        """Stop the fleet; its outcomes go into the ledger, once (the demo
+        stops it when the race settles and again on the way out)."""
+        if self.stopped:
+            return
+        self.stopped = True
         self.stopping.set()  # a handler at work returns now
         for worker, _ in self.workers:
             worker.stop()
