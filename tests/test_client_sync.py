@@ -650,6 +650,34 @@ def agents(env: Env) -> None:
         env.office.upsert_agent("a:1", "w1")
 
 
+# --- the dashboard's reads ----------------------------------------------------------
+
+
+@scenario
+def dashboard_reads_page_and_type_their_rows(env: Env) -> None:
+    agent(env, "a1")
+    agent(env, "a2")
+    env.office.create_task("w1", id="p1", title="parent")
+    env.office.create_task("w1", id="c1", title="child", parent_id="p1")
+    first = env.office.enqueue_run("a1", "task_assigned", idempotency_key="d1")
+    second = env.office.enqueue_run("a2", "task_assigned", idempotency_key="d2")
+    # Newest first, one row a page: the next page starts before the last id.
+    (page,) = env.office.list_runs(page_size=1)
+    assert page.id == second.run_id
+    (older,) = env.office.list_runs(before_id=page.id, page_size=1)
+    assert older.id == first.run_id
+    assert env.office.list_runs(before_id=older.id) == []
+    assert [r.id for r in env.office.list_runs(agent_profile_id="a1")] == [first.run_id]
+    # Fewer runs than a window: it reaches the oldest run.
+    assert env.office.run_window_end() is None
+    queues = env.office.list_agents()
+    assert [(a.id, a.queued, a.queued_text) for a in queues] == [("a1", 1, "1"), ("a2", 1, "1")]
+    assert [t.id for t in env.office.list_task_children("p1")] == ["c1"]
+    assert env.office.get_parent_receipt("p1") is None
+    assert env.office.get_routine("nothing") is None
+    env.assert_no_error_logs()
+
+
 # --- an older schema that lets the unique violation through -----------------------
 
 # enqueue_run and enqueue_runs as a schema without the durable classification

@@ -1,12 +1,13 @@
 """The office clients: :class:`Office` (psycopg 3, blocking) and
 :class:`AsyncOffice` (asyncpg), the same methods over one sans-IO core.
 
-* :mod:`~controlplane.client.queries` - every statement, named, in one place;
+* :mod:`~controlplane.client.queries` - every statement, named, in one place
+  (the dashboard's in its sibling :mod:`~controlplane.client.dashboard_queries`);
 * :mod:`~controlplane.client.core` - the protocol between an operation and
   its driver (:class:`Call`, :class:`Reply`, :data:`Flow`, :func:`drive`),
   the schema probe and the dedup-index recovery;
 * :mod:`~controlplane.client.operations` - one flow per client method
-  (by capability: ``runs``, ``tasks``, ``routines``, ``daemon``);
+  (by capability: ``runs``, ``tasks``, ``routines``, ``daemon``, ``dashboard``);
 * :mod:`~controlplane.client.facade` - how a method is made from a flow;
 * :mod:`~controlplane.client.sync` and :mod:`~controlplane.client.aio` - the
   two drivers and their clients.

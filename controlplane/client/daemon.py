@@ -75,5 +75,6 @@ class DaemonOperations(OperationsCore):
         self, query: Query, params: Mapping[str, Any] | None = None
     ) -> Flow[list[dict[str, Any]]]:
         """The rows of one named statement of :mod:`controlplane.client.queries`
-        (the demo's checks, which read the tables as their owner)."""
+        or :mod:`~controlplane.client.dashboard_queries` (the demo's checks,
+        which read the tables as their owner; the dashboard's page reads)."""
         return (yield from self.rows(query, params))

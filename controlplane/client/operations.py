@@ -1,6 +1,7 @@
 """All the operations of a client, once for both: the flows of each
 capability (:mod:`~controlplane.client.runs`, :mod:`~controlplane.client.tasks`,
-:mod:`~controlplane.client.routines`, :mod:`~controlplane.client.daemon`) over
+:mod:`~controlplane.client.routines`, :mod:`~controlplane.client.daemon`,
+:mod:`~controlplane.client.dashboard`) over
 the shared core (:class:`controlplane.client.core.OperationsCore`).
 
 Each public method is the definition of the client method of the same name:
@@ -12,6 +13,7 @@ with their driver (:mod:`controlplane.client.facade`).
 from __future__ import annotations
 
 from controlplane.client.daemon import DaemonOperations
+from controlplane.client.dashboard import DashboardOperations
 from controlplane.client.routines import RoutineOperations
 from controlplane.client.runs import RunOperations
 from controlplane.client.tasks import TaskOperations
@@ -19,6 +21,8 @@ from controlplane.client.tasks import TaskOperations
 __all__ = ["Operations"]
 
 
-class Operations(RunOperations, TaskOperations, RoutineOperations, DaemonOperations):
+class Operations(
+    RunOperations, TaskOperations, RoutineOperations, DaemonOperations, DashboardOperations
+):
     """The I/O-free half of a client: its schema-probe state, its reporter,
     and one flow per operation."""

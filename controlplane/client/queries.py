@@ -23,8 +23,10 @@ of raw statements.
 
 What stays elsewhere is administration, not office API calls: the catalog
 and admin statements of ``migrate``, ``embedded``, ``cluster``, ``proxy``,
-``schema`` and ``cli_base``, the UI's read models
-(:mod:`controlplane.ui.queries`), and the subscriber's own two statements.
+``schema`` and ``cli_base``, and the subscriber's own two statements. The
+dashboard's reads are this module's sibling,
+:mod:`controlplane.client.dashboard_queries`: the same form, kept apart so
+this module stays one section per capability of the API.
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ created (DOMAIN.md §2.1).
 * :mod:`~controlplane.models.parent_wake` - stuck parents and reconciles;
 * :mod:`~controlplane.models.routines` - routines, triggers, dispatches;
 * :mod:`~controlplane.models.wakeups` - wakeup requests;
-* :mod:`~controlplane.models.daemon` - what the daemon's loops read.
+* :mod:`~controlplane.models.daemon` - what the daemon's loops read;
+* :mod:`~controlplane.models.dashboard` - what the dashboard's pages list.
 """
 
 from controlplane.models.agents import Agent, AgentStatus
@@ -27,6 +28,16 @@ from controlplane.models.daemon import (
     QueuedWakeupDispatch,
     QueueStat,
     RoutineTickResult,
+)
+from controlplane.models.dashboard import (
+    QUEUE_COUNT_CAP,
+    AgentQueue,
+    ParentReceipt,
+    RoutineRunSummary,
+    RoutineSummary,
+    RunStatusCount,
+    TriggerSummary,
+    WakeupRequest,
 )
 from controlplane.models.events import Event, EventTopic
 from controlplane.models.parent_wake import (
@@ -78,10 +89,12 @@ from controlplane.models.wakeups import (
 
 __all__ = [
     "CHILDREN_COMPLETED",
+    "QUEUE_COUNT_CAP",
     "TASK_STATES",
     "TERMINAL_STATES",
     "ActorType",
     "Agent",
+    "AgentQueue",
     "AgentStatus",
     "AssignResult",
     "BulkEnqueueItem",
@@ -100,6 +113,7 @@ __all__ = [
     "EventTopic",
     "ExecuteResult",
     "KeylessCause",
+    "ParentReceipt",
     "PoisonReport",
     "ProducerOutcome",
     "QueueOutcome",
@@ -108,8 +122,10 @@ __all__ = [
     "ReconcileResult",
     "Routine",
     "RoutineRunStatus",
+    "RoutineRunSummary",
     "RoutineSource",
     "RoutineStatus",
+    "RoutineSummary",
     "RoutineTerminal",
     "RoutineTickResult",
     "RoutineTrigger",
@@ -117,15 +133,18 @@ __all__ = [
     "RunKey",
     "RunKeyHow",
     "RunStatus",
+    "RunStatusCount",
     "SkippedReason",
     "StuckParent",
     "Task",
     "TaskResult",
     "TaskState",
     "TaskTerminalStatus",
+    "TriggerSummary",
     "WakeupDispatchResult",
     "WakeupDispatchStatus",
     "WakeupOutcome",
+    "WakeupRequest",
     "WakeupResult",
     "WakeupStatus",
 ]

@@ -34,6 +34,7 @@ from starlette.staticfiles import StaticFiles
 
 from controlplane.cli_base import describe
 from controlplane.client import Office
+from controlplane.client.dashboard_queries import DASHBOARD_STATEMENT_TIMEOUT
 from controlplane.errors import OfficeError
 from controlplane.models import AgentStatus, RoutineSource
 from controlplane.ui import chart
@@ -57,9 +58,7 @@ STATEMENT_TIMEOUT = "5s"
 
 
 def _configure(conn: psycopg.Connection[Any]) -> None:
-    conn.execute(
-        "SELECT pg_catalog.set_config('statement_timeout', %s, false)", (STATEMENT_TIMEOUT,)
-    )
+    conn.execute(DASHBOARD_STATEMENT_TIMEOUT.text, {"timeout": STATEMENT_TIMEOUT})
 
 
 class DatabaseDown(Exception):

@@ -1,35 +1,64 @@
-"""The dashboard's reads, as typed methods over office's views and functions.
+"""The dashboard's page logic over the client's typed reads.
 
-The client (:class:`controlplane.client.Office`) has no read for these yet;
-they live here so that the pages hold no SQL. Every list is a call of one of
-the dashboard's functions (sql/85_dashboard.sql): keyset-paginated with a
-bound (:data:`PAGE_SIZE`), so a table of millions of runs costs one index
-range per page, callable by ``office_reader`` and served by a proxy. What
-is still read from a view or table (the counters, ``office.poison``) is
-granted to ``office_reader``; a refused read raises :class:`NotVisible` for
-the page to say so.
+Every list is a client method over one of the dashboard's functions
+(sql/85_dashboard.sql, :mod:`controlplane.client.dashboard`): keyset-paginated
+with a bound (:data:`PAGE_SIZE`), so a table of millions of runs costs one
+index range per page, callable by ``office_reader`` and served by a proxy.
+The pages' other reads (the counters, ``office.poison``, the privilege
+checks) are named statements of :mod:`controlplane.client.dashboard_queries`
+run with :meth:`Office.fetch`. What stays here is the pages' own logic: the
+runs list's window cursor, a task's view, which actions the role may call,
+and a refused read raised as :class:`NotVisible` for the page to say so.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
-from psycopg.rows import dict_row
 from pydantic import BaseModel, ConfigDict
 
 from controlplane.cli_base import describe
 from controlplane.client import Office
-from controlplane.models import AgentStatus, Run, RunStatus, Task
+from controlplane.client import dashboard_queries as dq
+from controlplane.client.queries import Query
+from controlplane.models import (
+    QUEUE_COUNT_CAP,
+    AgentQueue,
+    Event,
+    ParentReceipt,
+    RoutineRunSummary,
+    RoutineSummary,
+    Run,
+    RunStatusCount,
+    Task,
+    TriggerSummary,
+    WakeupRequest,
+)
+
+__all__ = [
+    "ACTION_FUNCTIONS",
+    "PAGE_SIZE",
+    "QUEUE_COUNT_CAP",
+    "Connection",
+    "DaemonStats",
+    "Dashboard",
+    "DedupStat",
+    "KeylessStat",
+    "NotVisible",
+    "Poison",
+    "RunFilter",
+    "RunPage",
+    "TaskView",
+]
+
+T = TypeVar("T")
 
 #: Rows per page of every list.
 PAGE_SIZE = 50
-
-#: ``office.list_agents`` counts an agent's queue up to this many.
-QUEUE_COUNT_CAP = 10_001
 
 #: The actions of the dashboard: the office function each one calls.
 ACTION_FUNCTIONS = {
@@ -46,19 +75,6 @@ ACTION_FUNCTIONS = {
 
 class NotVisible(Exception):
     """The connected role may not read what the page shows."""
-
-
-class QueueStat(BaseModel):
-    """A row of ``office.run_status_counts()``: the history's statuses are
-    an estimate (``exact`` false, no agents or oldest) on a large table."""
-
-    model_config = ConfigDict(frozen=True)
-
-    status: RunStatus
-    agents: int | None
-    runs: int
-    oldest_requested_at: datetime | None
-    exact: bool
 
 
 class DedupStat(BaseModel):
@@ -133,60 +149,6 @@ class RunPage(BaseModel):
     window_searched: bool = False
 
 
-class AgentQueue(BaseModel):
-    """A row of ``office.list_agents``: the profile, its queue, its claim."""
-
-    model_config = ConfigDict(frozen=True)
-
-    id: str
-    workspace_id: str
-    name: str
-    status: AgentStatus
-    created_at: datetime
-    updated_at: datetime
-    #: Counted up to :data:`QUEUE_COUNT_CAP`.
-    queued: int
-    oldest_queued_at: datetime | None
-    claimed_run_id: str | None
-    claimed_by: str | None
-    claimed_at: datetime | None
-    heartbeat_at: datetime | None
-
-    @property
-    def queued_text(self) -> str:
-        return f"{QUEUE_COUNT_CAP - 1:,}+" if self.queued >= QUEUE_COUNT_CAP else f"{self.queued:,}"
-
-
-class Wakeup(BaseModel):
-    """A row of ``office.wakeup_requests``."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    id: str
-    agent_profile_id: str
-    source: str
-    reason: str
-    status: str
-    coalesced_count: int
-    idempotency_key: str | None
-    run_id: str | None
-    requested_at: datetime
-
-
-class Event(BaseModel):
-    """A row of ``office.events`` (the outbox)."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    id: int
-    topic: str
-    task_id: str | None
-    created_at: datetime
-    processed_at: datetime | None
-    claimed_by: str | None
-    deliveries: int
-
-
 class Poison(BaseModel):
     """A row of ``office.poison`` (granted to office_reader)."""
 
@@ -200,62 +162,6 @@ class Poison(BaseModel):
     reported_at: datetime | None
 
 
-class Routine(BaseModel):
-    """A row of ``office.routines``."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    id: str
-    workspace_id: str
-    name: str
-    assignee_agent_profile_id: str | None
-    concurrency_policy: str
-    catch_up_policy: str
-    status: str
-    last_run_at: datetime | None
-
-
-class Trigger(BaseModel):
-    """A row of ``office.routine_triggers``."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    id: str
-    kind: str
-    cron_expression: str | None
-    timezone: str
-    next_run_at: datetime | None
-    last_fired_at: datetime | None
-    enabled: bool
-
-
-class RoutineRun(BaseModel):
-    """A row of ``office.routine_runs``."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    id: str
-    source: str
-    status: str
-    linked_task_id: str
-    coalesced_into_run_id: str
-    wakeup_request_id: str | None
-    error_message: str | None
-    created_at: datetime
-
-
-class Receipt(BaseModel):
-    """A parent's ``office.parent_child_wake_receipts`` row."""
-
-    model_config = ConfigDict(frozen=True)
-
-    child_set_key: str
-    child_generation: str
-    delivered_run_id: str
-    delivery_operation_id: str
-    delivered_at: datetime
-
-
 class TaskView(BaseModel):
     """A task and what decides its parent wake."""
 
@@ -265,7 +171,7 @@ class TaskView(BaseModel):
     children: list[Task]
     blockers: list[Task]
     child_generation: str | None
-    receipt: Receipt | None
+    receipt: ParentReceipt | None
     #: Among the first :data:`PAGE_SIZE` stuck parents list_stuck_parents finds.
     stuck: bool
 
@@ -281,50 +187,45 @@ class Dashboard:
         return self._office
 
     @contextmanager
-    def _cursor(self) -> Iterator[psycopg.Cursor[dict[str, Any]]]:
-        with self._office.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-            try:
-                yield cur
-            except psycopg.errors.InsufficientPrivilege as exc:
-                raise NotVisible(describe(exc)) from None
+    def _visible(self) -> Iterator[None]:
+        try:
+            yield
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise NotVisible(describe(exc)) from None
 
-    def _rows(self, query: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-        with self._cursor() as cur:
-            return list(cur.execute(query, params).fetchall())
+    def _read(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """One client read; a refused one is :class:`NotVisible`."""
+        with self._visible():
+            return method(*args, **kwargs)
+
+    def _fetch(self, query: Query, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        return self._read(self._office.fetch, query, params)
 
     def connection(self) -> Connection:
+        (row,) = self._fetch(dq.DASHBOARD_ROLE)
         with self._office.pool.connection() as conn:
             info = conn.info
-            role = conn.execute("SELECT current_user").fetchone()
             return Connection(
                 host=info.host,
                 port=info.port,
                 dbname=info.dbname,
-                role=str(role[0]) if role else "",
+                role=str(row["role"] or ""),
                 # libpq's number: 150018 is 15.18 (since PostgreSQL 10).
                 server_version=f"{info.server_version // 10000}.{info.server_version % 10000}",
             )
 
-    def queue_stats(self) -> list[QueueStat]:
-        rows = self._rows("SELECT * FROM office.run_status_counts()")
-        return [QueueStat.model_validate(row) for row in rows]
+    def queue_stats(self) -> list[RunStatusCount]:
+        return self._read(self._office.run_status_counts)
 
     def dedup_stats(self) -> list[DedupStat]:
-        rows = self._rows(
-            "SELECT queue, reason, kind, total FROM office.dedup_stats"
-            ' ORDER BY queue COLLATE "C", reason COLLATE "C", kind COLLATE "C"'
-        )
-        return [DedupStat.model_validate(row) for row in rows]
+        return [DedupStat.model_validate(row) for row in self._fetch(dq.DASHBOARD_DEDUP_STATS)]
 
     def keyless_stats(self) -> list[KeylessStat]:
-        rows = self._rows(
-            "SELECT reason, cause, total FROM office.keyless_stats"
-            ' ORDER BY reason COLLATE "C", cause COLLATE "C"'
-        )
+        rows = self._fetch(dq.DASHBOARD_KEYLESS_STATS)
         return [KeylessStat.model_validate(row) for row in rows]
 
     def daemon_stats(self) -> DaemonStats:
-        (row,) = self._rows("SELECT * FROM office.daemon_stats()")
+        (row,) = self._fetch(dq.DASHBOARD_DAEMON_STATS)
         return DaemonStats.model_validate(row)
 
     def runs(self, filters: RunFilter, before: str | None = None) -> RunPage:
@@ -332,119 +233,77 @@ class Dashboard:
         so id order is creation order): the matches within the window that
         ``office.run_window_end`` bounds, so a rare filter costs one bounded
         index range per page, not a walk of the table."""
-        (floor,) = self._rows(
-            "SELECT office.run_window_end(before_id => %(before)s) AS id", {"before": before}
+        floor = self._read(self._office.run_window_end, before_id=before)
+        runs = self._read(
+            self._office.list_runs,
+            status=filters.status,
+            agent_profile_id=filters.agent,
+            reason=filters.reason,
+            task_id=filters.task,
+            key_prefix=filters.key_prefix,
+            before_id=before,
+            not_before_id=floor,
+            page_size=PAGE_SIZE,
         )
-        rows = self._rows(
-            "SELECT * FROM office.list_runs(status => %(status)s,"
-            " agent_profile_id => %(agent)s, reason => %(reason)s, task_id => %(task)s,"
-            " key_prefix => %(key_prefix)s, before_id => %(before)s,"
-            " not_before_id => %(floor)s, page_size => %(size)s)",
-            {**filters.model_dump(), "before": before, "floor": floor["id"], "size": PAGE_SIZE},
-        )
-        runs = [Run.model_validate(row) for row in rows]
         if len(runs) == PAGE_SIZE:
             return RunPage(runs=runs, next_before=runs[-1].id)
-        return RunPage(runs=runs, next_before=floor["id"], window_searched=floor["id"] is not None)
+        return RunPage(runs=runs, next_before=floor, window_searched=floor is not None)
 
     def agents(self, after: str | None = None) -> list[AgentQueue]:
         """A page of agents by id, each with its queue depth, oldest queued
         run and claim (the worker's heartbeat)."""
-        rows = self._rows(
-            "SELECT * FROM office.list_agents(after_id => %(after)s, page_size => %(size)s)",
-            {"after": after, "size": PAGE_SIZE},
-        )
-        return [AgentQueue.model_validate(row) for row in rows]
+        return self._read(self._office.list_agents, after_id=after, page_size=PAGE_SIZE)
 
     def may_call(self, action: str) -> bool:
         """Whether the connected role may call the action's function: the
         database decides, the UI only asks."""
-        (row,) = self._rows(
-            "SELECT pg_catalog.has_function_privilege(current_user, %(fn)s, 'EXECUTE') AS ok",
-            {"fn": ACTION_FUNCTIONS[action]},
-        )
+        (row,) = self._fetch(dq.DASHBOARD_MAY_EXECUTE, {"fn": ACTION_FUNCTIONS[action]})
         return bool(row["ok"])
 
-    def _list(self, function: str, before: str | int | None) -> list[dict[str, Any]]:
-        """A page of one of the dashboard's list functions, newest first
-        (``before`` is the last key of the previous page)."""
-        return self._rows(
-            f"SELECT * FROM office.{function}(before_id => %(before)s, page_size => %(size)s)",
-            {"before": before, "size": PAGE_SIZE},
-        )
-
-    def wakeups(self, before: str | None = None) -> list[Wakeup]:
-        return [Wakeup.model_validate(r) for r in self._list("list_wakeups", before)]
+    def wakeups(self, before: str | None = None) -> list[WakeupRequest]:
+        return self._read(self._office.list_wakeups, before_id=before, page_size=PAGE_SIZE)
 
     def events(self, before: int | None = None) -> list[Event]:
-        return [Event.model_validate(r) for r in self._list("list_events", before)]
+        return self._read(self._office.list_events, before_id=before, page_size=PAGE_SIZE)
 
     def poison(self) -> list[Poison]:
-        rows = self._rows(
-            "SELECT loop, row_id, reason, sqlstate, set_aside_at, reported_at FROM office.poison"
-            " ORDER BY loop, row_id LIMIT %(limit)s",
-            {"limit": PAGE_SIZE},
-        )
+        rows = self._fetch(dq.DASHBOARD_POISON, {"limit": PAGE_SIZE})
         return [Poison.model_validate(r) for r in rows]
 
-    def routines(self, before: str | None = None) -> list[Routine]:
-        return [Routine.model_validate(r) for r in self._list("list_routines", before)]
+    def routines(self, before: str | None = None) -> list[RoutineSummary]:
+        return self._read(self._office.list_routines, before_id=before, page_size=PAGE_SIZE)
 
-    def routine(self, routine_id: str) -> tuple[Routine | None, list[Trigger], list[RoutineRun]]:
+    def routine(
+        self, routine_id: str
+    ) -> tuple[RoutineSummary | None, list[TriggerSummary], list[RoutineRunSummary]]:
         """A routine, its triggers and its newest runs (the one holding the
         gate is the task_created one)."""
-        params = {"id": routine_id, "size": PAGE_SIZE}
-        found = self._rows("SELECT * FROM office.get_routine(routine_id => %(id)s)", params)
-        if not found:
+        found = self._read(self._office.get_routine, routine_id)
+        if found is None:
             return None, [], []
-        triggers = self._rows(
-            "SELECT * FROM office.list_routine_triggers(routine_id => %(id)s,"
-            " page_size => %(size)s)",
-            params,
-        )
-        runs = self._rows(
-            "SELECT * FROM office.list_routine_runs(routine_id => %(id)s, page_size => %(size)s)",
-            params,
-        )
-        return (
-            Routine.model_validate(found[0]),
-            [Trigger.model_validate(r) for r in triggers],
-            [RoutineRun.model_validate(r) for r in runs],
-        )
+        triggers = self._read(self._office.list_routine_triggers, routine_id, PAGE_SIZE)
+        runs = self._read(self._office.list_routine_runs, routine_id, PAGE_SIZE)
+        return found, triggers, runs
 
     def tasks(self, before: str | None = None) -> list[Task]:
-        return [Task.model_validate(r) for r in self._list("list_tasks", before)]
+        return self._read(self._office.list_tasks, before_id=before, page_size=PAGE_SIZE)
 
     def task(self, task_id: str) -> TaskView | None:
-        task = self._office.get_task(task_id)
+        task = self._read(self._office.get_task, task_id)
         if task is None:
             return None
-        params = {"id": task_id, "size": PAGE_SIZE}
-        children = self._rows(
-            "SELECT * FROM office.list_task_children(parent_task_id => %(id)s,"
-            " page_size => %(size)s)",
-            params,
-        )
-        blockers = self._rows(
-            "SELECT * FROM office.list_task_blockers(task_id => %(id)s, page_size => %(size)s)",
-            params,
-        )
-        receipt = self._rows(
-            "SELECT child_set_key, child_generation, delivered_run_id, delivery_operation_id,"
-            " delivered_at FROM office.get_parent_receipt(parent_task_id => %(id)s)",
-            params,
-        )
-        (extra,) = self._rows(
-            "SELECT CASE WHEN %(has_children)s THEN office.child_generation(%(id)s) END"
-            " AS generation, EXISTS (SELECT FROM office.list_stuck_parents(%(size)s) s"
-            " WHERE s.parent_task_id = %(id)s) AS stuck",
-            {**params, "has_children": bool(children)},
+        children = self._read(self._office.list_task_children, task_id, PAGE_SIZE)
+        blockers = self._read(self._office.list_task_blockers, task_id, PAGE_SIZE)
+        receipt = self._read(self._office.get_parent_receipt, task_id)
+        (extra,) = self._fetch(
+            dq.DASHBOARD_TASK_WAKE_STATE,
+            {"id": task_id, "size": PAGE_SIZE, "has_children": bool(children)},
         )
         return TaskView(
             task=task,
-            children=[Task.model_validate(r) for r in children],
-            blockers=[Task.model_validate(r) for r in blockers],
+            children=children,
+            blockers=blockers,
             child_generation=extra["generation"],
-            receipt=Receipt.model_validate(receipt[0]) if receipt else None,
+            receipt=receipt,
             stuck=bool(extra["stuck"]),
         )
