@@ -30,7 +30,7 @@ from controlplane.cli_base import (
     print_table,
     stderr,
 )
-from controlplane.client import queries as q
+from controlplane.client.queries import observe as q
 from controlplane.client.sync import fetch_rows
 
 STATS_TITLES = {

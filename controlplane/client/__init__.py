@@ -1,8 +1,8 @@
 """The office clients: :class:`Office` (psycopg 3, blocking) and
 :class:`AsyncOffice` (asyncpg), the same methods over one sans-IO core.
 
-* :mod:`~controlplane.client.queries` - every statement, named, in one place
-  (the dashboard's in its sibling :mod:`~controlplane.client.dashboard_queries`);
+* :mod:`~controlplane.client.queries` - every statement, named, in one place:
+  a module per capability (``queries/runs.py`` for ``runs.py``, ...);
 * :mod:`~controlplane.client.core` - the protocol between an operation and
   its driver (:class:`Call`, :class:`Reply`, :data:`Flow`, :func:`drive`),
   the schema probe and the dedup-index recovery;
@@ -16,7 +16,8 @@
 from controlplane.client.aio import AsyncOffice
 from controlplane.client.core import Call, Flow, Reply, as_interval, drive
 from controlplane.client.operations import Operations
-from controlplane.client.queries import HEARTBEAT_RUN, Query
+from controlplane.client.queries import Query
+from controlplane.client.queries.runs import HEARTBEAT_RUN
 from controlplane.client.sync import Office, perform_psycopg
 
 __all__ = [

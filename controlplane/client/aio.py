@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 from controlplane.client.core import Call, Flow, Reply, rowcount_of
 from controlplane.client.facade import FacadeBase, async_method
 from controlplane.client.operations import Operations
-from controlplane.client.queries import RESET_SESSION
+from controlplane.client.queries.core import RESET_SESSION
 from controlplane.errors import wrap_exceptions
 from controlplane.observability import Reporter
 

@@ -40,11 +40,11 @@ from typing import Any, ClassVar, TypeVar
 
 from pydantic import ValidationError
 
-from controlplane.client.queries import (
+from controlplane.client.queries import Query
+from controlplane.client.queries.core import (
     FIND_RUN_BY_KEY,
     FIND_WAKEUP_BY_KEY,
     PROBE_RUNS_COLUMN,
-    Query,
 )
 from controlplane.errors import DedupIndexHit, InvalidArgument
 from controlplane.models import (

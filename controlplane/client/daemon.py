@@ -9,9 +9,9 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from controlplane.client import queries as q
 from controlplane.client.core import Call, Flow, OperationsCore, as_interval
 from controlplane.client.queries import Query
+from controlplane.client.queries import daemon as q
 from controlplane.models import (
     DaemonStats,
     DedupStat,
@@ -75,6 +75,6 @@ class DaemonOperations(OperationsCore):
         self, query: Query, params: Mapping[str, Any] | None = None
     ) -> Flow[list[dict[str, Any]]]:
         """The rows of one named statement of :mod:`controlplane.client.queries`
-        or :mod:`~controlplane.client.dashboard_queries` (the demo's checks,
+        (``queries/demo.py``, ``queries/dashboard.py``: the demo's checks,
         which read the tables as their owner; the dashboard's page reads)."""
         return (yield from self.rows(query, params))

@@ -10,9 +10,9 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from controlplane.client import dashboard_queries as dq
 from controlplane.client.core import Call, Flow, OperationsCore
 from controlplane.client.queries import Query
+from controlplane.client.queries import dashboard as dq
 from controlplane.models import (
     AgentQueue,
     Event,

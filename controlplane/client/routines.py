@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from controlplane.client import queries as q
 from controlplane.client.core import Call, Flow, OperationsCore
+from controlplane.client.queries import routines as q
 from controlplane.models import (
     CatchUpPolicy,
     ConcurrencyPolicy,

@@ -9,7 +9,6 @@ from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import Any
 
-from controlplane.client import queries as q
 from controlplane.client.core import (
     Call,
     Flow,
@@ -21,6 +20,8 @@ from controlplane.client.core import (
     enqueue_result,
     make_request,
 )
+from controlplane.client.queries import Query
+from controlplane.client.queries import runs as q
 from controlplane.errors import DedupIndexHit, OfficeError
 from controlplane.models import (
     Agent,
@@ -216,7 +217,7 @@ class RunOperations(OperationsCore):
         ``ExecuteResult.dedup`` (counted and logged), never raised. Each call
         is its own transaction, and session state it sets (``SET``,
         ``LISTEN``, session advisory locks) is reset when it returns."""
-        query = q.Query(sql, parametrized=params is not None)
+        query = Query(sql, parametrized=params is not None)
         try:
             reply = yield Call(query, params or {}, rowcount=True)
         except DedupIndexHit as hit:

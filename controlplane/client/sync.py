@@ -21,7 +21,8 @@ from psycopg_pool import ConnectionPool
 from controlplane.client.core import Call, Flow, Reply, drive
 from controlplane.client.facade import FacadeBase, sync_method
 from controlplane.client.operations import Operations
-from controlplane.client.queries import RESET_SESSION, Query
+from controlplane.client.queries import Query
+from controlplane.client.queries.core import RESET_SESSION
 from controlplane.errors import wrap_exceptions
 from controlplane.observability import Reporter
 

@@ -7,9 +7,10 @@ from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import Any
 
-from controlplane.client import queries as q
 from controlplane.client.core import Call, Flow, OperationsCore, as_interval
 from controlplane.client.queries import Query
+from controlplane.client.queries import events as eq
+from controlplane.client.queries import tasks as q
 from controlplane.models import (
     CHILDREN_COMPLETED,
     ActorType,
@@ -167,14 +168,14 @@ class TaskOperations(OperationsCore):
         """``office.claim_events``: up to ``max_rows`` pending events, hidden
         from other consumers for ``visibility`` (seconds or a timedelta)."""
         params = {"consumer": consumer, "max_rows": max_rows, "visibility": as_interval(visibility)}
-        reply = yield Call(q.CLAIM_EVENTS, params)
+        reply = yield Call(eq.CLAIM_EVENTS, params)
         return [Event.model_validate(row) for row in reply.rows]
 
     def ack_events(self, ids: Iterable[int]) -> Flow[int]:
         """``office.ack_events``: how many of ``ids`` were acknowledged now."""
-        return (yield from self.count(q.ACK_EVENTS, {"ids": list(ids)}))
+        return (yield from self.count(eq.ACK_EVENTS, {"ids": list(ids)}))
 
     def prune_events(self, older_than: timedelta | float) -> Flow[int]:
         """``office.prune_events``: acknowledged events older than
         ``older_than`` deleted; how many."""
-        return (yield from self.count(q.PRUNE_EVENTS, {"older_than": as_interval(older_than)}))
+        return (yield from self.count(eq.PRUNE_EVENTS, {"older_than": as_interval(older_than)}))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from controlplane.client import Office
-from controlplane.client import queries as q
+from controlplane.client.queries import demo as q
 from controlplane.demo.ledger import Occurrence
 from controlplane.demo.workers import DeadWorker
 from controlplane.demo.world import World

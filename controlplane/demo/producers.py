@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 from controlplane import keys
 from controlplane.client import Office
-from controlplane.client import queries as q
+from controlplane.client.queries import demo as q
 from controlplane.cron import TickPlan
 from controlplane.daemon.cron import CronLoop
 from controlplane.daemon.loop import DatabaseHealth

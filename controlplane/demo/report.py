@@ -12,8 +12,8 @@ from rich.console import Console
 from rich.table import Table
 
 from controlplane.client import Office
-from controlplane.client import queries as q
 from controlplane.client.queries import Query
+from controlplane.client.queries import demo as q
 from controlplane.demo.invariants import Invariant, check
 from controlplane.demo.race import Race
 from controlplane.demo.workers import DeadWorker

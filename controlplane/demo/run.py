@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from controlplane.client import Office
-from controlplane.client import queries as q
+from controlplane.client.queries import demo as q
 from controlplane.daemon import Daemon, DaemonConfig
 from controlplane.demo.producers import Producers
 from controlplane.demo.race import Race, connect

@@ -16,7 +16,7 @@ from psycopg_pool import ConnectionPool
 
 from controlplane import keys
 from controlplane.client import Office
-from controlplane.client import queries as q
+from controlplane.client.queries import demo as q
 from controlplane.demo.ledger import Occurrence
 from controlplane.demo.race import Race, connect
 from controlplane.demo.world import World

@@ -33,7 +33,7 @@ from typing import Any
 
 import psycopg
 
-from controlplane.client import queries as q
+from controlplane.client.queries import doctor as q
 from controlplane.doctor.findings import Finding, Status, one
 from controlplane.doctor.installation import (
     check_admin_can_call,

@@ -1,5 +1,5 @@
 """What a doctor check yields, and how it runs its named queries
-(:mod:`controlplane.client.queries`, ``DOCTOR_*``) on its connection."""
+(:mod:`controlplane.client.queries.doctor`) on its connection."""
 
 from __future__ import annotations
 

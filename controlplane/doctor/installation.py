@@ -9,7 +9,8 @@ from typing import Any
 import psycopg
 
 from controlplane import schema
-from controlplane.client import queries as q
+from controlplane.client.queries import doctor as q
+from controlplane.client.queries.runs import SCHEMA_VERSION
 from controlplane.doctor.findings import Finding, Status, one, rows
 
 ROLES = ("office_producer", "office_worker", "office_reader", "office_admin")
@@ -49,7 +50,7 @@ INDEX_PURPOSE = {
 
 def check_version(conn: psycopg.Connection[Any]) -> Iterator[Finding]:
     package = schema.current_version()
-    installed = str(one(conn, q.SCHEMA_VERSION))
+    installed = str(one(conn, SCHEMA_VERSION))
     if installed == package:
         yield Finding(
             check="version",

@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 
-from controlplane.client import queries as q
+from controlplane.client.queries import doctor as q
 from controlplane.doctor.findings import Finding, Status, one, rows
 
 WINDOW_SETTINGS = {

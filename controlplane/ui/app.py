@@ -34,7 +34,7 @@ from starlette.staticfiles import StaticFiles
 
 from controlplane.cli_base import describe
 from controlplane.client import Office
-from controlplane.client.dashboard_queries import DASHBOARD_STATEMENT_TIMEOUT
+from controlplane.client.queries.dashboard import DASHBOARD_STATEMENT_TIMEOUT
 from controlplane.errors import OfficeError
 from controlplane.models import AgentStatus, RoutineSource
 from controlplane.ui import chart

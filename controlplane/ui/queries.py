@@ -5,7 +5,7 @@ Every list is a client method over one of the dashboard's functions
 with a bound (:data:`PAGE_SIZE`), so a table of millions of runs costs one
 index range per page, callable by ``office_reader`` and served by a proxy.
 The pages' other reads (the counters, ``office.poison``, the privilege
-checks) are named statements of :mod:`controlplane.client.dashboard_queries`
+checks) are named statements of :mod:`controlplane.client.queries.dashboard`
 run with :meth:`Office.fetch`. What stays here is the pages' own logic: the
 runs list's window cursor, a task's view, which actions the role may call,
 and a refused read raised as :class:`NotVisible` for the page to say so.
@@ -23,8 +23,8 @@ from pydantic import BaseModel, ConfigDict
 
 from controlplane.cli_base import describe
 from controlplane.client import Office
-from controlplane.client import dashboard_queries as dq
 from controlplane.client.queries import Query
+from controlplane.client.queries import dashboard as dq
 from controlplane.models import (
     QUEUE_COUNT_CAP,
     AgentQueue,

@@ -1,14 +1,9 @@
 """The dashboard's statements (``sql/85_dashboard.sql`` and the views the
-pages read): a sibling of :mod:`controlplane.client.queries`, in the same
-form (named :class:`~controlplane.client.queries.Query` constants, named
-notation, every office object qualified).
+pages read; :mod:`controlplane.client.dashboard` and ``ui/queries.py``).
 
-A module of its own so that the client's statements stay one section per
-capability of the API and the read-only pages' reads one section here: both
-are "the one place" for SQL the control plane sends (grep
-``controlplane/client/*queries.py``). Each list is keyset-paginated with a
-bound (``page_size``), so a table of millions of rows costs one index range
-per page; every function is callable by ``office_reader``.
+The read-only pages' reads: each list is keyset-paginated with a bound
+(``page_size``), so a table of millions of rows costs one index range per
+page; every function is callable by ``office_reader``.
 """
 
 from __future__ import annotations
