@@ -37,9 +37,8 @@ coalesce into the first one inside the coalesce window).
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import timedelta
 from enum import StrEnum
 from typing import Any
@@ -47,7 +46,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from controlplane import keys
-from controlplane.client import Office, as_interval
+from controlplane.client import Office
 from controlplane.errors import AgentNotAcceptingRuns, AgentNotFound
 from controlplane.models import EnqueueResult, Event, EventTopic, KeylessCause
 
@@ -71,23 +70,6 @@ DETAIL_MISSING_GENERATION = "event_missing_generation"
 DETAIL_STORED_RUNNER = "stored_runner_fallback"
 #: ``office.poison``'s name of the subscriber loop.
 POISON_LOOP = "subscriber"
-
-# The batch as values that always load: the payload as text (decoded row by
-# row, where a failure concerns one event) and a creation time outside what
-# Python represents as NULL (the row then fails to validate, on its own).
-# claim_events itself sets claimed_at and visible_at.
-CLAIM_EVENTS = """
-SELECT e.id, e.topic, e.task_id, e.payload::text AS payload, e.deliveries, e.claimed_by,
-       e.claimed_at, e.visible_at,
-       CASE WHEN e.created_at BETWEEN '0001-01-02 00:00:00+00' AND '9999-12-30 00:00:00+00'
-            THEN e.created_at END AS created_at
-  FROM office.claim_events(consumer => %(consumer)s, max_rows => %(max_rows)s,
-                           visibility => %(visibility)s) e
- ORDER BY e.id
-"""
-SET_ASIDE = (
-    "SELECT office.set_aside(loop => %(loop)s, row_id => %(row_id)s, reason => %(reason)s) AS new"
-)
 
 
 class HandlerAction(StrEnum):
@@ -145,12 +127,6 @@ def poison_reason(text: str) -> str:
     return " ".join(text.replace("\x00", " ").split())[:1000]
 
 
-def decode_event(row: Mapping[str, Any]) -> Event:
-    """An :class:`Event` from a row of :data:`CLAIM_EVENTS` (payload as
-    text). Raises whatever the row's values make Python raise."""
-    return Event.model_validate({**row, "payload": json.loads(row["payload"])})
-
-
 def _generation(value: Any) -> int | None:
     """The generation an event carries, or None when it has none."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -189,22 +165,17 @@ class EventSubscriber:
         """Claim up to ``max_rows`` events, handle each, acknowledge those
         handled; set aside those that cannot be decoded and those that failed
         ``give_up_after`` times."""
-        params = {
-            "consumer": self.consumer,
-            "max_rows": max_rows,
-            "visibility": as_interval(self.visibility),
-        }
-        rows = self.office.execute(CLAIM_EVENTS, params).rows
+        rows = self.office.claim_event_rows(self.consumer, max_rows, self.visibility)
         handled: list[HandledEvent] = []
         set_aside: list[int] = []
         for row in rows:
             try:
-                event = decode_event(row)
+                event = row.decode()
             except Exception as exc:
                 # Whatever the row's values make Python raise (a payload too
                 # deep is a RecursionError, not a ValueError) concerns it alone.
-                self.set_aside(row["id"], f"undecodable event: {type(exc).__name__}: {exc}")
-                set_aside.append(row["id"])
+                self.set_aside(row.id, f"undecodable event: {type(exc).__name__}: {exc}")
+                set_aside.append(row.id)
                 continue
             outcome = self.handle(event)
             handled.append(outcome)
@@ -223,8 +194,7 @@ class EventSubscriber:
         """Set an event aside (``office.poison``); True when it was not
         already. The daemon logs and counts it once (``take_poison_reports``)."""
         log.debug("setting event %s aside: %s", event_id, reason, extra={"event_id": event_id})
-        params = {"loop": POISON_LOOP, "row_id": str(event_id), "reason": poison_reason(reason)}
-        return bool(self.office.execute(SET_ASIDE, params).rows[0]["new"])
+        return self.office.set_aside(POISON_LOOP, str(event_id), poison_reason(reason))
 
     def handle(self, event: Event) -> HandledEvent:
         """Handle one event with the handler of its topic; never raises."""

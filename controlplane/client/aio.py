@@ -217,6 +217,7 @@ class AsyncOffice(FacadeBase):
 
     # events ----------------------------------------------------------------
     claim_events = async_method(Operations.claim_events)
+    claim_event_rows = async_method(Operations.claim_event_rows)
     ack_events = async_method(Operations.ack_events)
     prune_events = async_method(Operations.prune_events)
 

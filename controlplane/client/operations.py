@@ -1,7 +1,7 @@
 """All the operations of a client, once for both: the flows of each
 capability (:mod:`~controlplane.client.runs`, :mod:`~controlplane.client.tasks`,
-:mod:`~controlplane.client.routines`, :mod:`~controlplane.client.daemon`,
-:mod:`~controlplane.client.dashboard`) over
+:mod:`~controlplane.client.events`, :mod:`~controlplane.client.routines`,
+:mod:`~controlplane.client.daemon`, :mod:`~controlplane.client.dashboard`) over
 the shared core (:class:`controlplane.client.core.OperationsCore`).
 
 Each public method is the definition of the client method of the same name:
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from controlplane.client.daemon import DaemonOperations
 from controlplane.client.dashboard import DashboardOperations
+from controlplane.client.events import EventOperations
 from controlplane.client.routines import RoutineOperations
 from controlplane.client.runs import RunOperations
 from controlplane.client.tasks import TaskOperations
@@ -22,7 +23,12 @@ __all__ = ["Operations"]
 
 
 class Operations(
-    RunOperations, TaskOperations, RoutineOperations, DaemonOperations, DashboardOperations
+    RunOperations,
+    TaskOperations,
+    EventOperations,
+    RoutineOperations,
+    DaemonOperations,
+    DashboardOperations,
 ):
     """The I/O-free half of a client: its schema-probe state, its reporter,
     and one flow per operation."""

@@ -180,6 +180,7 @@ class Office(FacadeBase):
 
     # events ----------------------------------------------------------------
     claim_events = sync_method(Operations.claim_events)
+    claim_event_rows = sync_method(Operations.claim_event_rows)
     ack_events = sync_method(Operations.ack_events)
     prune_events = sync_method(Operations.prune_events)
 

@@ -1,21 +1,18 @@
-"""The operations of tasks, parent wakes and the outbox (API.md §2, §5, §6):
-one flow each, shared by both clients (see :mod:`controlplane.client.core`)."""
+"""The operations of tasks and parent wakes (API.md §2, §5): one flow each,
+shared by both clients (see :mod:`controlplane.client.core`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from datetime import timedelta
+from collections.abc import Mapping
 from typing import Any
 
-from controlplane.client.core import Call, Flow, OperationsCore, as_interval
+from controlplane.client.core import Call, Flow, OperationsCore
 from controlplane.client.queries import Query
-from controlplane.client.queries import events as eq
 from controlplane.client.queries import tasks as q
 from controlplane.models import (
     CHILDREN_COMPLETED,
     ActorType,
     AssignResult,
-    Event,
     ReconcileResult,
     StuckParent,
     Task,
@@ -159,23 +156,3 @@ class TaskOperations(OperationsCore):
             self.reporter.report_parent_candidate(result.parent_task_id)
             self.reporter.report_reconcile(result)
         return results
-
-    # events -----------------------------------------------------------------
-
-    def claim_events(
-        self, consumer: str, max_rows: int = 100, visibility: timedelta | float = 30
-    ) -> Flow[list[Event]]:
-        """``office.claim_events``: up to ``max_rows`` pending events, hidden
-        from other consumers for ``visibility`` (seconds or a timedelta)."""
-        params = {"consumer": consumer, "max_rows": max_rows, "visibility": as_interval(visibility)}
-        reply = yield Call(eq.CLAIM_EVENTS, params)
-        return [Event.model_validate(row) for row in reply.rows]
-
-    def ack_events(self, ids: Iterable[int]) -> Flow[int]:
-        """``office.ack_events``: how many of ``ids`` were acknowledged now."""
-        return (yield from self.count(eq.ACK_EVENTS, {"ids": list(ids)}))
-
-    def prune_events(self, older_than: timedelta | float) -> Flow[int]:
-        """``office.prune_events``: acknowledged events older than
-        ``older_than`` deleted; how many."""
-        return (yield from self.count(eq.PRUNE_EVENTS, {"older_than": as_interval(older_than)}))

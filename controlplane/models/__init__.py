@@ -39,7 +39,7 @@ from controlplane.models.dashboard import (
     TriggerSummary,
     WakeupRequest,
 )
-from controlplane.models.events import Event, EventTopic
+from controlplane.models.events import ClaimedEventRow, Event, EventTopic
 from controlplane.models.parent_wake import (
     CHILDREN_COMPLETED,
     ReconcileResult,
@@ -99,6 +99,7 @@ __all__ = [
     "AssignResult",
     "BulkEnqueueItem",
     "CatchUpPolicy",
+    "ClaimedEventRow",
     "ConcurrencyPolicy",
     "DaemonStats",
     "DedupHit",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -10,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from controlplane.models.common import _json_value
 
-__all__ = ["Event", "EventTopic"]
+__all__ = ["ClaimedEventRow", "Event", "EventTopic"]
 
 
 class EventTopic(StrEnum):
@@ -38,3 +39,27 @@ class Event(BaseModel):
     @classmethod
     def _decode_payload(cls, value: Any) -> Any:
         return {} if value is None else _json_value(value)
+
+
+class ClaimedEventRow(BaseModel):
+    """A claimed event as values that always load (``claim_event_rows``): the
+    payload as its JSON text, a creation time Python cannot represent as
+    None. :meth:`decode` makes the :class:`Event`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: int
+    topic: str
+    task_id: str | None = None
+    payload: str
+    created_at: datetime | None = None
+    claimed_by: str | None = None
+    claimed_at: datetime | None = None
+    visible_at: datetime | None = None
+    deliveries: int = 0
+
+    def decode(self) -> Event:
+        """The event; raises whatever its values make Python raise (a payload
+        nested too deep is a RecursionError, a missing creation time a
+        ValidationError)."""
+        return Event.model_validate({**self.model_dump(), "payload": json.loads(self.payload)})

@@ -30,8 +30,8 @@ search_path, which may put a schema someone else controls first: it names
 catalog).
 
 What stays elsewhere is administration, not office API calls: the catalog
-and admin statements of ``migrate``, ``embedded``, ``cluster``, ``proxy``,
-``schema`` and ``cli_base`` (``tests/test_no_raw_sql.py`` holds the list).
+and admin statements of ``migrate``, ``embedded``, ``cluster``, ``proxy``
+and ``cli_base`` (``tests/test_no_raw_sql.py`` holds the list).
 """
 
 from __future__ import annotations
