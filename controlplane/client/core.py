@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, ClassVar, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from controlplane.client.queries import Query
 from controlplane.client.queries.core import (
@@ -48,7 +48,6 @@ from controlplane.client.queries.core import (
 )
 from controlplane.errors import DedupIndexHit, InvalidArgument
 from controlplane.models import (
-    Agent,
     DedupHit,
     DedupQueue,
     EnqueueRequest,
@@ -58,6 +57,7 @@ from controlplane.models import (
 from controlplane.observability import Reporter, report_missing_column
 
 T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
 
 log = logging.getLogger("controlplane.client")
 
@@ -273,9 +273,29 @@ class OperationsCore:
         reply = yield Call(query, params)
         return int(reply.rows[0]["count"])
 
-    def agent(self, query: Query, params: Mapping[str, Any]) -> Flow[Agent]:
+    # One statement, its rows as a result model: every flow that only maps
+    # its arguments to the statement's named parameters and validates what
+    # comes back is one of these three. (What such flows still share - a
+    # dict of ``{"name": name}`` pairs - is each statement's parameter list,
+    # data that differs in every one, not logic.)
+
+    def one(self, model: type[M], query: Query, params: Mapping[str, Any]) -> Flow[M]:
+        """The statement's single row as ``model`` (the SQL function always
+        returns one, or raises)."""
         reply = yield Call(query, params)
-        return Agent.model_validate(reply.rows[0])
+        return model.model_validate(reply.rows[0])
+
+    def first(self, model: type[M], query: Query, params: Mapping[str, Any]) -> Flow[M | None]:
+        """The statement's row as ``model``, or None without one."""
+        reply = yield Call(query, params)
+        return model.model_validate(reply.rows[0]) if reply.rows else None
+
+    def models(
+        self, model: type[M], query: Query, params: Mapping[str, Any] | None = None
+    ) -> Flow[list[M]]:
+        """Every row of the statement as ``model``, in its order."""
+        reply = yield Call(query, params or {})
+        return [model.model_validate(row) for row in reply.rows]
 
     def value(self, query: Query, params: Mapping[str, Any] | None = None) -> Flow[Any]:
         reply = yield Call(query, params or {})

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from controlplane.client.core import Call, Flow, OperationsCore, as_interval
+from controlplane.client.core import Flow, OperationsCore, as_interval
 from controlplane.client.queries import Query
 from controlplane.client.queries import daemon as q
 from controlplane.models import (
@@ -29,8 +29,8 @@ class DaemonOperations(OperationsCore):
         """``office.due_routine_triggers``: the cron loop's scan, at the
         database's now() (returned as ``at`` with each row); a time Python
         cannot represent comes as None with its text in ``unrepresentable``."""
-        reply = yield Call(q.DUE_ROUTINE_TRIGGERS, {"max_rows": max_rows, **q.REPRESENTABLE})
-        return [DueTrigger.model_validate(row) for row in reply.rows]
+        params = {"max_rows": max_rows, **q.REPRESENTABLE}
+        return (yield from self.models(DueTrigger, q.DUE_ROUTINE_TRIGGERS, params))
 
     def set_aside(
         self, loop: str, row_id: str, reason: str, sqlstate: str | None = None
@@ -44,8 +44,7 @@ class DaemonOperations(OperationsCore):
     def take_poison_reports(self, loop: str) -> Flow[list[PoisonReport]]:
         """``office.take_poison_reports``: the rows of ``loop`` set aside since
         the last report, each handed to exactly one caller."""
-        reply = yield Call(q.TAKE_POISON_REPORTS, {"loop": loop})
-        return [PoisonReport.model_validate(row) for row in reply.rows]
+        return (yield from self.models(PoisonReport, q.TAKE_POISON_REPORTS, {"loop": loop}))
 
     def dispatch_queued_wakeups(
         self, max_rows: int = 50, min_age: timedelta | float = 0
@@ -53,8 +52,7 @@ class DaemonOperations(OperationsCore):
         """``office.dispatch_queued_wakeups``: dispatch queued wakeup requests
         nobody dispatched (older than ``min_age``), oldest first."""
         params = {"max_rows": max_rows, "min_age": as_interval(min_age)}
-        reply = yield Call(q.DISPATCH_QUEUED_WAKEUPS, params)
-        return [QueuedWakeupDispatch.model_validate(row) for row in reply.rows]
+        return (yield from self.models(QueuedWakeupDispatch, q.DISPATCH_QUEUED_WAKEUPS, params))
 
     def daemon_stats(self) -> Flow[DaemonStats]:
         """``office.daemon_stats()``: the numbers behind the daemon's gauges."""
@@ -63,13 +61,11 @@ class DaemonOperations(OperationsCore):
 
     def queue_stats(self) -> Flow[list[QueueStat]]:
         """``office.queue_stats``: runs by status."""
-        reply = yield Call(q.QUEUE_STATS)
-        return [QueueStat.model_validate(row) for row in reply.rows]
+        return (yield from self.models(QueueStat, q.QUEUE_STATS))
 
     def dedup_stats(self) -> Flow[list[DedupStat]]:
         """``office.dedup_stats``: the database's own dedup counters."""
-        reply = yield Call(q.DEDUP_STATS)
-        return [DedupStat.model_validate(row) for row in reply.rows]
+        return (yield from self.models(DedupStat, q.DEDUP_STATS))
 
     def fetch(
         self, query: Query, params: Mapping[str, Any] | None = None

@@ -5,13 +5,11 @@ last key of a page as ``before_id`` (``after_id``) for the next."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from pydantic import BaseModel
 
-from controlplane.client.core import Call, Flow, OperationsCore
-from controlplane.client.queries import Query
+from controlplane.client.core import Flow, OperationsCore
 from controlplane.client.queries import dashboard as dq
 from controlplane.models import (
     AgentQueue,
@@ -35,10 +33,6 @@ PAGE_SIZE = 50
 
 
 class DashboardOperations(OperationsCore):
-    def _models(self, model: type[M], query: Query, params: Mapping[str, Any]) -> Flow[list[M]]:
-        reply = yield Call(query, params)
-        return [model.model_validate(row) for row in reply.rows]
-
     def list_runs(
         self,
         status: str | None = None,
@@ -62,7 +56,7 @@ class DashboardOperations(OperationsCore):
             "not_before_id": not_before_id,
             "page_size": page_size,
         }
-        return (yield from self._models(Run, dq.LIST_RUNS, params))
+        return (yield from self.models(Run, dq.LIST_RUNS, params))
 
     def run_window_end(self, before_id: str | None = None) -> Flow[str | None]:
         """``office.run_window_end``: the oldest run id a page of
@@ -73,76 +67,75 @@ class DashboardOperations(OperationsCore):
     def run_status_counts(self) -> Flow[list[RunStatusCount]]:
         """``office.run_status_counts()``: runs by status (the history's an
         estimate on a large table)."""
-        return (yield from self._models(RunStatusCount, dq.RUN_STATUS_COUNTS, {}))
+        return (yield from self.models(RunStatusCount, dq.RUN_STATUS_COUNTS, {}))
 
     def list_agents(
         self, after_id: str | None = None, page_size: int = PAGE_SIZE
     ) -> Flow[list[AgentQueue]]:
         """``office.list_agents``: agents by id, each with its queue and claim."""
         params = {"after_id": after_id, "page_size": page_size}
-        return (yield from self._models(AgentQueue, dq.LIST_AGENTS, params))
+        return (yield from self.models(AgentQueue, dq.LIST_AGENTS, params))
 
     def list_tasks(
         self, before_id: str | None = None, page_size: int = PAGE_SIZE
     ) -> Flow[list[Task]]:
         """``office.list_tasks``: tasks, newest first."""
         params = {"before_id": before_id, "page_size": page_size}
-        return (yield from self._models(Task, dq.LIST_TASKS, params))
+        return (yield from self.models(Task, dq.LIST_TASKS, params))
 
     def list_task_children(
         self, parent_task_id: str, page_size: int = PAGE_SIZE
     ) -> Flow[list[Task]]:
         """``office.list_task_children``: a parent's children."""
         params = {"parent_task_id": parent_task_id, "page_size": page_size}
-        return (yield from self._models(Task, dq.LIST_TASK_CHILDREN, params))
+        return (yield from self.models(Task, dq.LIST_TASK_CHILDREN, params))
 
     def list_task_blockers(self, task_id: str, page_size: int = PAGE_SIZE) -> Flow[list[Task]]:
         """``office.list_task_blockers``: the tasks that block a task."""
         params = {"task_id": task_id, "page_size": page_size}
-        return (yield from self._models(Task, dq.LIST_TASK_BLOCKERS, params))
+        return (yield from self.models(Task, dq.LIST_TASK_BLOCKERS, params))
 
     def get_parent_receipt(self, parent_task_id: str) -> Flow[ParentReceipt | None]:
         """``office.get_parent_receipt``: the parent's wake receipt, or None."""
         params = {"parent_task_id": parent_task_id}
-        found = yield from self._models(ParentReceipt, dq.GET_PARENT_RECEIPT, params)
-        return found[0] if found else None
+        return (yield from self.first(ParentReceipt, dq.GET_PARENT_RECEIPT, params))
 
     def list_routines(
         self, before_id: str | None = None, page_size: int = PAGE_SIZE
     ) -> Flow[list[RoutineSummary]]:
         """``office.list_routines``: routines, newest first."""
         params = {"before_id": before_id, "page_size": page_size}
-        return (yield from self._models(RoutineSummary, dq.LIST_ROUTINES, params))
+        return (yield from self.models(RoutineSummary, dq.LIST_ROUTINES, params))
 
     def get_routine(self, routine_id: str) -> Flow[RoutineSummary | None]:
         """``office.get_routine``: the routine, or None."""
-        found = yield from self._models(RoutineSummary, dq.GET_ROUTINE, {"routine_id": routine_id})
-        return found[0] if found else None
+        params = {"routine_id": routine_id}
+        return (yield from self.first(RoutineSummary, dq.GET_ROUTINE, params))
 
     def list_routine_triggers(
         self, routine_id: str, page_size: int = PAGE_SIZE
     ) -> Flow[list[TriggerSummary]]:
         """``office.list_routine_triggers``: a routine's triggers."""
         params = {"routine_id": routine_id, "page_size": page_size}
-        return (yield from self._models(TriggerSummary, dq.LIST_ROUTINE_TRIGGERS, params))
+        return (yield from self.models(TriggerSummary, dq.LIST_ROUTINE_TRIGGERS, params))
 
     def list_routine_runs(
         self, routine_id: str, page_size: int = PAGE_SIZE
     ) -> Flow[list[RoutineRunSummary]]:
         """``office.list_routine_runs``: a routine's runs, newest first."""
         params = {"routine_id": routine_id, "page_size": page_size}
-        return (yield from self._models(RoutineRunSummary, dq.LIST_ROUTINE_RUNS, params))
+        return (yield from self.models(RoutineRunSummary, dq.LIST_ROUTINE_RUNS, params))
 
     def list_wakeups(
         self, before_id: str | None = None, page_size: int = PAGE_SIZE
     ) -> Flow[list[WakeupRequest]]:
         """``office.list_wakeups``: wakeup requests, newest first."""
         params = {"before_id": before_id, "page_size": page_size}
-        return (yield from self._models(WakeupRequest, dq.LIST_WAKEUPS, params))
+        return (yield from self.models(WakeupRequest, dq.LIST_WAKEUPS, params))
 
     def list_events(
         self, before_id: int | None = None, page_size: int = PAGE_SIZE
     ) -> Flow[list[Event]]:
         """``office.list_events``: outbox events, newest first."""
         params = {"before_id": before_id, "page_size": page_size}
-        return (yield from self._models(Event, dq.LIST_EVENTS, params))
+        return (yield from self.models(Event, dq.LIST_EVENTS, params))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import timedelta
 
-from controlplane.client.core import Call, Flow, OperationsCore, as_interval
+from controlplane.client.core import Flow, OperationsCore, as_interval
 from controlplane.client.queries import events as q
 from controlplane.models import ClaimedEventRow, Event
 
@@ -20,8 +20,7 @@ class EventOperations(OperationsCore):
         """``office.claim_events``: up to ``max_rows`` pending events, hidden
         from other consumers for ``visibility`` (seconds or a timedelta)."""
         params = {"consumer": consumer, "max_rows": max_rows, "visibility": as_interval(visibility)}
-        reply = yield Call(q.CLAIM_EVENTS, params)
-        return [Event.model_validate(row) for row in reply.rows]
+        return (yield from self.models(Event, q.CLAIM_EVENTS, params))
 
     def claim_event_rows(
         self, consumer: str, max_rows: int = 100, visibility: timedelta | float = 30
@@ -32,8 +31,7 @@ class EventOperations(OperationsCore):
         represent as None - so one event written by hand cannot fail the
         batch (:meth:`ClaimedEventRow.decode` raises for that event alone)."""
         params = {"consumer": consumer, "max_rows": max_rows, "visibility": as_interval(visibility)}
-        reply = yield Call(q.CLAIM_EVENT_ROWS, params)
-        return [ClaimedEventRow.model_validate(row) for row in reply.rows]
+        return (yield from self.models(ClaimedEventRow, q.CLAIM_EVENT_ROWS, params))
 
     def ack_events(self, ids: Iterable[int]) -> Flow[int]:
         """``office.ack_events``: how many of ``ids`` were acknowledged now."""

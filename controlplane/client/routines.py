@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from controlplane.client.core import Call, Flow, OperationsCore
+from controlplane.client.core import Flow, OperationsCore
 from controlplane.client.queries import routines as q
 from controlplane.models import (
     CatchUpPolicy,
@@ -58,8 +58,7 @@ class RoutineOperations(OperationsCore):
             "catch_up_policy": str(catch_up_policy),
             "catch_up_max": catch_up_max,
         }
-        reply = yield Call(q.CREATE_ROUTINE, params)
-        return Routine.model_validate(reply.rows[0])
+        return (yield from self.one(Routine, q.CREATE_ROUTINE, params))
 
     def add_routine_trigger(
         self,
@@ -78,8 +77,7 @@ class RoutineOperations(OperationsCore):
             "next_run_at": next_run_at,
             "id": id,
         }
-        reply = yield Call(q.ADD_ROUTINE_TRIGGER, params)
-        return RoutineTrigger.model_validate(reply.rows[0])
+        return (yield from self.one(RoutineTrigger, q.ADD_ROUTINE_TRIGGER, params))
 
     def claim_routine_tick(
         self,
@@ -119,8 +117,7 @@ class RoutineOperations(OperationsCore):
             "missed_since": missed_since,
             "missed_truncated": missed_truncated,
         }
-        reply = yield Call(q.FIRE_ROUTINE_TICK, params)
-        return RoutineTickResult.model_validate(reply.rows[0])
+        return (yield from self.one(RoutineTickResult, q.FIRE_ROUTINE_TICK, params))
 
     def dispatch_routine(
         self,
@@ -147,8 +144,7 @@ class RoutineOperations(OperationsCore):
             "missed_since": missed_since,
             "missed_truncated": missed_truncated,
         }
-        reply = yield Call(q.DISPATCH_ROUTINE, params)
-        result = DispatchRoutineResult.model_validate(reply.rows[0])
+        result = yield from self.one(DispatchRoutineResult, q.DISPATCH_ROUTINE, params)
         self.reporter.report_dispatch(routine_id, str(source), result)
         return result
 
@@ -182,8 +178,7 @@ class RoutineOperations(OperationsCore):
             "payload": json.dumps(dict(payload or {})),
             "idempotency_key": idempotency_key,
         }
-        reply = yield Call(q.REQUEST_WAKEUP, params)
-        result = WakeupResult.model_validate(reply.rows[0])
+        result = yield from self.one(WakeupResult, q.REQUEST_WAKEUP, params)
         if result.outcome is WakeupOutcome.DEDUPED:
             self.reporter.report_dedup(
                 queue=DedupQueue.WAKEUP,
@@ -197,8 +192,8 @@ class RoutineOperations(OperationsCore):
     def dispatch_wakeup(self, wakeup_request_id: str) -> Flow[WakeupDispatchResult]:
         """``office.dispatch_wakeup``: claimed, coalesced, skipped or noop;
         an agent that does not accept runs is ``AgentNotAcceptingRuns``."""
-        reply = yield Call(q.DISPATCH_WAKEUP, {"wakeup_request_id": wakeup_request_id})
-        return WakeupDispatchResult.model_validate(reply.rows[0])
+        params = {"wakeup_request_id": wakeup_request_id}
+        return (yield from self.one(WakeupDispatchResult, q.DISPATCH_WAKEUP, params))
 
     def fail_wakeup(self, wakeup_request_id: str, reason: str) -> Flow[bool]:
         """``office.fail_wakeup``: only a queued request fails."""

@@ -85,8 +85,8 @@ class RunOperations(OperationsCore):
         with_entry = yield from self.probe("entry_triggered")
         elements = [bulk_element(request, with_entry) for request in checked]
         try:
-            reply = yield Call(q.ENQUEUE_RUNS, {"requests": json.dumps(elements)})
-            items = [BulkEnqueueItem.model_validate(row) for row in reply.rows]
+            params = {"requests": json.dumps(elements)}
+            items = yield from self.models(BulkEnqueueItem, q.ENQUEUE_RUNS, params)
         except DedupIndexHit:  # a schema whose enqueue_runs lets it through
             items = yield from self._enqueue_each(checked, with_entry)
         for item in items:
@@ -128,8 +128,7 @@ class RunOperations(OperationsCore):
     ) -> Flow[Run | None]:
         """The claimed run (``attempt`` is the fencing token), or None."""
         params = {"worker_id": worker_id, "agent_profile_id": agent_profile_id}
-        reply = yield Call(q.CLAIM_RUN, params)
-        return Run.model_validate(reply.rows[0]) if reply.rows else None
+        return (yield from self.first(Run, q.CLAIM_RUN, params))
 
     # Leases and run lookups (0.4.0), with their fallbacks on an older schema.
 
@@ -145,16 +144,15 @@ class RunOperations(OperationsCore):
     def get_run(self, run_id: str) -> Flow[Run | None]:
         """``office.get_run``: the run, or None."""
         leases = yield from self.probe("heartbeat_at")
-        reply = yield Call(q.GET_RUN if leases else q.GET_RUN_WITHOUT_LEASES, {"run_id": run_id})
-        return Run.model_validate(reply.rows[0]) if reply.rows else None
+        query = q.GET_RUN if leases else q.GET_RUN_WITHOUT_LEASES
+        return (yield from self.first(Run, query, {"run_id": run_id}))
 
     def run_keys(self, run_id: str) -> Flow[list[RunKey]]:
         """``office.run_keys``: the keys the run serves, oldest first - its
         own and those it absorbed by coalescing."""
         leases = yield from self.probe("heartbeat_at")
         query = q.RUN_KEYS if leases else q.RUN_KEYS_WITHOUT_LEASES
-        reply = yield Call(query, {"run_id": run_id})
-        return [RunKey.model_validate(row) for row in reply.rows]
+        return (yield from self.models(RunKey, query, {"run_id": run_id}))
 
     def has_leases(self) -> Flow[bool]:
         """Whether the schema has leases (``office.runs.heartbeat_at`` and
@@ -199,11 +197,11 @@ class RunOperations(OperationsCore):
     ) -> Flow[Agent]:
         """``office.upsert_agent``: the agent profile, created or updated."""
         params = {"id": id, "workspace_id": workspace_id, "name": name, "status": status}
-        return (yield from self.agent(q.UPSERT_AGENT, params))
+        return (yield from self.one(Agent, q.UPSERT_AGENT, params))
 
     def set_agent_status(self, id: str, status: str) -> Flow[Agent]:
         """``office.set_agent_status``: the agent with its new status."""
-        return (yield from self.agent(q.SET_AGENT_STATUS, {"id": id, "status": status}))
+        return (yield from self.one(Agent, q.SET_AGENT_STATUS, {"id": id, "status": status}))
 
     # the schema and raw statements ------------------------------------------
 

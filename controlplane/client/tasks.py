@@ -3,11 +3,7 @@ shared by both clients (see :mod:`controlplane.client.core`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from controlplane.client.core import Call, Flow, OperationsCore
-from controlplane.client.queries import Query
+from controlplane.client.core import Flow, OperationsCore
 from controlplane.client.queries import tasks as q
 from controlplane.models import (
     CHILDREN_COMPLETED,
@@ -52,8 +48,7 @@ class TaskOperations(OperationsCore):
             "is_office": is_office,
             "is_ephemeral": is_ephemeral,
         }
-        reply = yield Call(q.CREATE_TASK, params)
-        return TaskResult.model_validate(reply.rows[0])
+        return (yield from self.one(TaskResult, q.CREATE_TASK, params))
 
     def assign_task(
         self,
@@ -70,25 +65,19 @@ class TaskOperations(OperationsCore):
             "actor_id": actor_id,
             "actor_type": str(actor_type),
         }
-        reply = yield Call(q.ASSIGN_TASK, params)
-        return AssignResult.model_validate(reply.rows[0])
-
-    def _task(self, query: Query, params: Mapping[str, Any]) -> Flow[Task]:
-        reply = yield Call(query, params)
-        return Task.model_validate(reply.rows[0])
+        return (yield from self.one(AssignResult, q.ASSIGN_TASK, params))
 
     def move_task(self, task_id: str, state: TaskState | str) -> Flow[Task]:
         """``office.move_task``; the terminal effects run in the same transaction."""
-        return (yield from self._task(q.MOVE_TASK, {"task_id": task_id, "state": str(state)}))
+        return (yield from self.one(Task, q.MOVE_TASK, {"task_id": task_id, "state": str(state)}))
 
     def archive_task(self, task_id: str) -> Flow[Task]:
         """``office.archive_task``: the task, archived."""
-        return (yield from self._task(q.ARCHIVE_TASK, {"task_id": task_id}))
+        return (yield from self.one(Task, q.ARCHIVE_TASK, {"task_id": task_id}))
 
     def get_task(self, task_id: str) -> Flow[Task | None]:
         """``office.get_task``: the task, or None."""
-        reply = yield Call(q.GET_TASK, {"task_id": task_id})
-        return Task.model_validate(reply.rows[0]) if reply.rows else None
+        return (yield from self.first(Task, q.GET_TASK, {"task_id": task_id}))
 
     def add_blocker(self, task_id: str, blocker_task_id: str) -> Flow[None]:
         """``blocker_task_id`` now blocks ``task_id`` (a cycle is InvalidArgument)."""
@@ -129,8 +118,8 @@ class TaskOperations(OperationsCore):
         """``office.list_stuck_parents``: parents whose finished child wave
         nobody delivered, ordered by id (every candidate condition applied
         before the limit)."""
-        reply = yield Call(q.LIST_STUCK_PARENTS, {"max_rows": max_rows, "reason": reason})
-        return [StuckParent.model_validate(row) for row in reply.rows]
+        params = {"max_rows": max_rows, "reason": reason}
+        return (yield from self.models(StuckParent, q.LIST_STUCK_PARENTS, params))
 
     def reconcile_parent(
         self, parent_task_id: str, child_set_key: str, newest_child_updated_at: str
@@ -142,16 +131,15 @@ class TaskOperations(OperationsCore):
             "child_set_key": child_set_key,
             "newest_child_updated_at": newest_child_updated_at,
         }
-        reply = yield Call(q.RECONCILE_PARENT, params)
-        result = ReconcileResult.model_validate(reply.rows[0])
+        result = yield from self.one(ReconcileResult, q.RECONCILE_PARENT, params)
         self.reporter.report_reconcile(result)
         return result
 
     def sweep_stuck_parents(self, max_rows: int = 5) -> Flow[list[ReconcileResult]]:
         """``office.sweep_stuck_parents``: one tick of the stuck-parent sweep
         (counted: candidates, emitted, assignee_unresolved)."""
-        reply = yield Call(q.SWEEP_STUCK_PARENTS, {"max_rows": max_rows})
-        results = [ReconcileResult.model_validate(row) for row in reply.rows]
+        params = {"max_rows": max_rows}
+        results = yield from self.models(ReconcileResult, q.SWEEP_STUCK_PARENTS, params)
         for result in results:  # the statement has committed: so have the receipts
             self.reporter.report_parent_candidate(result.parent_task_id)
             self.reporter.report_reconcile(result)
