@@ -65,7 +65,7 @@ lint: venv
 	$(BIN)/ruff format --check controlplane tests bench migrations tools
 
 typecheck: venv
-	$(BIN)/mypy --strict controlplane tools
+	$(BIN)/mypy --strict controlplane tools tests bench
 
 # The peers of bench/peers.py (the bench extra) are installed here only: the
 # suite does not import bench/, and they bring a dozen packages of their own.

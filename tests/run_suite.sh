@@ -87,7 +87,7 @@ stop_pg18
 
 step "ruff" "$BIN/ruff" check controlplane tests bench migrations tools
 step "ruff format" "$BIN/ruff" format --check controlplane tests bench migrations tools
-step "mypy --strict" "$BIN/mypy" --strict controlplane tools
+step "mypy --strict" "$BIN/mypy" --strict controlplane tools tests bench
 
 echo
 if [ ${#failures[@]} -eq 0 ]; then

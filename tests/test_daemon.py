@@ -208,10 +208,11 @@ def test_two_daemons_never_handle_an_event_a_tick_or_a_wakeup_twice(
         daemon(dsn, *options, "--consumer", "second") as second,
     ):
         for run in (first, second):
-            wait_for(
-                lambda run=run: any("control plane started" in m for m in run.messages()),
-                "both daemons to start",
-            )
+
+            def started(run: DaemonProcess = run) -> bool:
+                return any("control plane started" in m for m in run.messages())
+
+            wait_for(started, "both daemons to start")
         # The work appears while both are polling.
         make_assignment_backlog(db, "ev", tasks=300, agents=15)
         # 30 heavy routines (always_create: a second fire of a tick would be a

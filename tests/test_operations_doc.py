@@ -195,7 +195,7 @@ def test_the_pg_cron_example_as_written(cron_cluster: str) -> None:
             " WHERE parent_task_id = 'p-direct'"
         ).fetchone()
         assert receipt is not None and receipt[0].startswith("task_children_completed:p-direct:")
-        statuses = dict(
+        statuses: dict[str, str] = dict(
             conn.execute(
                 "SELECT idempotency_key, status FROM office.runs WHERE idempotency_key"
                 " IN ('stale', 'old')"

@@ -385,8 +385,8 @@ def test_recovered_runs_are_added_over_the_shards(
         px.execute("SELECT office.enqueue_run(%s, 'stale')", (f"a-{ws}",))
         assert px.execute("SELECT id FROM office.claim_run('w', %s)", (f"a-{ws}",)).fetchone()
     claimed = 0
-    for shard in topo.shards:
-        with psycopg.connect(shard) as conn:
+    for shard_dsn in topo.shards:
+        with psycopg.connect(shard_dsn) as conn:
             claimed += _one(conn, "SELECT count(*) FROM office.runs WHERE status = 'claimed'")
     assert claimed >= 2
     assert _one(px, "SELECT office.recover_stale_runs('0 seconds')") == claimed
@@ -405,8 +405,8 @@ def test_due_triggers_are_merged_ordered_and_limited_on_the_proxy(
             )
     due = "SELECT trigger_id, next_run_at FROM office.due_routine_triggers(now(), %s)"
     merged: list[Any] = []
-    for shard in topo.shards:
-        with psycopg.connect(shard) as conn:
+    for shard_dsn in topo.shards:
+        with psycopg.connect(shard_dsn) as conn:
             merged += conn.execute(due, (1000,)).fetchall()
     merged.sort(key=lambda r: (r[1], r[0].encode()))
     assert px.execute(due, (3,)).fetchall() == merged[:3]

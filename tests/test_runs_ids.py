@@ -27,7 +27,8 @@ def check_v7(text: str, near: datetime) -> None:
 def now(db: Conn) -> datetime:
     row = db.execute("SELECT now()").fetchone()
     assert row is not None
-    return row[0]
+    at: datetime = row[0]
+    return at
 
 
 def test_ids_generated_later_sort_later_bytewise(db: Conn) -> None:

@@ -219,7 +219,7 @@ def test_sixteen_producers_mixing_repeated_keys_over_several_buckets(
     # single calls and bulk calls. Every request carries a payload naming it.
     rng = random.Random(11)
     plans: list[list[list[dict[str, Any]]]] = []
-    for producer in range(16):
+    for number in range(16):
         calls: list[list[dict[str, Any]]] = []
         for n in range(12):
             batch = []
@@ -231,7 +231,7 @@ def test_sixteen_producers_mixing_repeated_keys_over_several_buckets(
                         "reason": "task_assigned",
                         "task_id": f"T{rng.randrange(3)}",
                         "idempotency_key": key,
-                        "payload": {"by": f"p{producer}.{n}.{m}"},
+                        "payload": {"by": f"p{number}.{n}.{m}"},
                     }
                 )
             calls.append(batch)

@@ -29,7 +29,7 @@ def signals(db: Conn, dsn: str) -> Iterator[Callable[[], list[str]]]:
 
         def received() -> list[str]:
             db.execute("SELECT pg_notify('office_runs', %s)", [MARK])
-            got = []
+            got: list[str] = []
             for note in listener.notifies(timeout=30):
                 if note.payload == MARK:
                     return got

@@ -173,7 +173,13 @@ def test_the_wrong_kind_of_handler_or_bad_settings_are_refused(dsn: str) -> None
     with Office(dsn) as office:
         with pytest.raises(TypeError, match="AsyncWorker"):
             Worker(office, coroutine)
-        for bad in ({"concurrency": 0}, {"heartbeat": 0}, {"poll": -1}, {"grace": -1}):
+        bads: list[dict[str, Any]] = [
+            {"concurrency": 0},
+            {"heartbeat": 0},
+            {"poll": -1},
+            {"grace": -1},
+        ]
+        for bad in bads:
             with pytest.raises(ValueError, match=next(iter(bad))):
                 Worker(office, plain, **bad)
     with pytest.raises(TypeError, match="async def"):
