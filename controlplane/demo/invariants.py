@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from controlplane.client import Office
-from controlplane.client.queries import demo as q
+from controlplane.demo import reads
 from controlplane.demo.ledger import Occurrence
 from controlplane.demo.workers import DeadWorker
 from controlplane.demo.world import World
@@ -24,12 +24,12 @@ def check(
     p = prefix + "-%"
     result: list[Invariant] = []
 
-    twice = office.fetch(q.DEMO_KEYS_HELD_TWICE)[0]
+    twice = reads.keys_held_twice(office)
     result.append(
         Invariant(
             "one run per key",
-            twice["runs"] == 0 and twice["wakeups"] == 0,
-            f"{twice['runs']} keys with several runs, {twice['wakeups']} with several wakeups",
+            twice.runs == 0 and twice.wakeups == 0,
+            f"{twice.runs} keys with several runs, {twice.wakeups} with several wakeups",
         )
     )
 
@@ -37,17 +37,9 @@ def check(
     # its key, or was coalesced into a queued run of its bucket.
     run_keys = [o.key for o in occurrences if o.queue == "runs"]
     wake_keys = [o.key for o in occurrences if o.queue == "wakeup"]
-    by_key = {
-        r["idempotency_key"]: int(r["n"]) for r in office.fetch(q.DEMO_RUNS_BY_KEY, {"k": run_keys})
-    }
-    wake_by_key = {
-        r["idempotency_key"]: int(r["n"])
-        for r in office.fetch(q.DEMO_WAKEUPS_BY_KEY, {"k": wake_keys})
-    }
-    buckets = {
-        (r["agent_profile_id"], r["reason"], r["task_id"])
-        for r in office.fetch(q.DEMO_COALESCED_BUCKETS, {"p": p})
-    }
+    by_key = reads.runs_by_key(office, run_keys)
+    wake_by_key = reads.wakeups_by_key(office, wake_keys)
+    buckets = reads.coalesced_buckets(office, p)
     bad: list[str] = []
     via_coalesce = 0
     for o in occurrences:
@@ -84,7 +76,7 @@ def check(
         )
     )
 
-    held = office.fetch(q.DEMO_HELD_ROUTINE_GATES, {"p": p})[0]["n"]
+    held = reads.held_routine_gates(office, p)
     result.append(
         Invariant(
             "no routine gate held by a terminal task",
@@ -93,7 +85,7 @@ def check(
         )
     )
 
-    pending = office.fetch(q.DEMO_PENDING_EVENTS, {"p": p})[0]["n"]
+    pending = reads.pending_events(office, p)
     result.append(Invariant("every event handled", pending == 0, f"{pending} pending"))
 
     d = dead

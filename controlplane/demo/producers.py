@@ -12,16 +12,16 @@ from datetime import UTC, datetime, timedelta
 
 from controlplane import keys
 from controlplane.client import Office
-from controlplane.client.queries import demo as q
 from controlplane.cron import TickPlan
 from controlplane.daemon.cron import CronLoop
 from controlplane.daemon.loop import DatabaseHealth
 from controlplane.daemon.metrics import daemon_metrics_for
+from controlplane.demo import reads
 from controlplane.demo.ledger import Occurrence
 from controlplane.demo.race import Race
 from controlplane.demo.world import World
 from controlplane.event_subscriber import EventSubscriber
-from controlplane.models import DispatchRoutineResult, Event, RoutineTrigger, WakeupOutcome
+from controlplane.models import DispatchRoutineResult, RoutineTrigger, WakeupOutcome
 
 
 def _must(key: str | None) -> str:
@@ -54,10 +54,10 @@ class Producers:
         self.race.pause(rng, 0.01, 0.04)
 
     def redeliver(self, office: Office, rng: random.Random) -> None:
-        rows = office.fetch(q.DEMO_HANDLED_ASSIGNMENTS, {"p": self.w.prefix + "-%"})
+        events = reads.handled_assignments(office, self.w.prefix + "-%")
         subscriber = EventSubscriber(office, consumer="demo-redeliver")
-        for row in rng.sample(rows, min(3, len(rows))):
-            handled = subscriber.handle(Event.model_validate(row))
+        for event in rng.sample(events, min(3, len(events))):
+            handled = subscriber.handle(event)
             if handled.idempotency_key and handled.result is not None:
                 self.ledger.occurred(
                     Occurrence(
@@ -126,11 +126,9 @@ class Producers:
         result = office.dispatch_routine(routine_id, "manual")
         self.ledger.did(f"manual fires: {result.status.value}")
         if rng.random() < 0.25:  # somebody finishes the routines' tasks
-            rows = office.fetch(
-                q.DEMO_OPEN_ROUTINE_TASKS, {"a": self.w.heavy_skip, "b": self.w.heavy_coalesce}
-            )
-            for row in rows:
-                office.move_task(row["linked_task_id"], "COMPLETED")
+            tasks = reads.open_routine_tasks(office, self.w.heavy_skip, self.w.heavy_coalesce)
+            for task_id in tasks:
+                office.move_task(task_id, "COMPLETED")
                 self.ledger.did("routine tasks completed")
         self.race.pause(rng, 0.03, 0.08)
 
@@ -192,9 +190,8 @@ class Producers:
 
     def refire(self, office: Office, rng: random.Random) -> None:
         """Fires a tick a second time (a redelivered claim): its key is taken."""
-        rows = office.fetch(q.DEMO_RECENT_TICK_KEYS, {"p": f"routine:{self.w.prefix}-%:tick:%"})
-        for row in rng.sample(rows, min(2, len(rows))):
-            key = row["idempotency_key"]
+        tick_keys = reads.recent_tick_keys(office, f"routine:{self.w.prefix}-%:tick:%")
+        for key in rng.sample(tick_keys, min(2, len(tick_keys))):
             _, routine_id, trigger_id, _, unix = key.split(":")
             tick = datetime.fromtimestamp(int(unix), UTC)
             result = office.dispatch_routine(
@@ -275,11 +272,11 @@ class Producers:
 
     def _record_waves(self, office: Office) -> None:
         for parent in self.w.parents:
-            row = office.fetch(q.DEMO_CHILD_WAVE, {"p": parent})[0]
+            child_set_key, generation = reads.child_wave(office, parent)
             self.ledger.occurred(
                 Occurrence(
                     "children completed",
-                    _must(keys.wake_operation_id(parent, row["k"], row["g"])),
+                    _must(keys.wake_operation_id(parent, child_set_key, generation)),
                     "runs",
                     self.w.assignee[parent],
                     "task_children_completed",

@@ -12,8 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from controlplane.client import Office
-from controlplane.client.queries import Query
-from controlplane.client.queries import demo as q
+from controlplane.demo import reads
 from controlplane.demo.invariants import Invariant, check
 from controlplane.demo.race import Race
 from controlplane.demo.workers import DeadWorker
@@ -59,16 +58,12 @@ def build_report(
     office: Office, race: Race, baseline: DedupStats, world: World, dead: DeadWorker
 ) -> DemoReport:
     p = race.prefix + "-%"
-
-    def one(query: Query) -> dict[str, Any]:
-        return office.fetch(query, {"p": p})[0]
-
     stats = since(baseline, dedup_stats(office))
     occurrences = race.ledger.snapshot()
-    finished = one(q.DEMO_RUN_COUNTS)
-    runs = finished["runs"]
-    wakeups = one(q.DEMO_WAKEUP_COUNTS)
-    fires = one(q.DEMO_FIRE_COUNTS)
+    finished = reads.run_counts(office, p)
+    runs = finished.runs
+    wakeups = reads.wakeup_counts(office, p)
+    fires = reads.fire_counts(office, p)
     windowed = sum(v for (_, _, kind), v in stats.items() if kind == "windowed")
     durable = sum(v for (_, _, kind), v in stats.items() if kind == "durable")
     coalesced_runs = sum(v for (_, _, kind), v in stats.items() if kind == "coalesced")
@@ -76,21 +71,21 @@ def build_report(
         "occurrences": len(occurrences),
         "deliveries": race.ledger.actions["deliveries"],
         "runs_created": runs,
-        "runs_finished": finished["finished"],
-        "runs_failed": finished["failed"],
-        "runs_open": finished["open"],
+        "runs_finished": finished.finished,
+        "runs_failed": finished.failed,
+        "runs_open": finished.open,
         "deduped_windowed": windowed,
         "deduped_durable": durable,
         "coalesced_runs": coalesced_runs,
-        "coalesced_wakeups": wakeups["coalesced"],
-        "coalesced_routine_fires": fires["coalesced"],
-        "coalesced": coalesced_runs + wakeups["coalesced"] + fires["coalesced"],
-        "skipped_routine_fires": fires["skipped"],
-        "skipped_wakeups": wakeups["skipped"],
-        "skipped_by_policy": fires["skipped"] + wakeups["skipped"],
-        "routine_fires": fires["total"],
-        "routine_fires_cron": fires["cron"],
-        "wakeup_requests": wakeups["total"],
+        "coalesced_wakeups": wakeups.coalesced,
+        "coalesced_routine_fires": fires.coalesced,
+        "coalesced": coalesced_runs + wakeups.coalesced + fires.coalesced,
+        "skipped_routine_fires": fires.skipped,
+        "skipped_wakeups": wakeups.skipped,
+        "skipped_by_policy": fires.skipped + wakeups.skipped,
+        "routine_fires": fires.total,
+        "routine_fires_cron": fires.cron,
+        "wakeup_requests": wakeups.total,
     }
     suppressions = [
         {"queue": q, "reason": r, "kind": k, "total": v} for (q, r, k), v in sorted(stats.items())

@@ -17,8 +17,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from controlplane.client import Office
-from controlplane.client.queries import demo as q
 from controlplane.daemon import Daemon, DaemonConfig
+from controlplane.demo import reads
 from controlplane.demo.producers import Producers
 from controlplane.demo.race import Race, connect
 from controlplane.demo.report import (
@@ -160,15 +160,15 @@ class Demo:
 
     def _live_counts(self, office: Office) -> str:
         try:
-            row = office.fetch(q.DEMO_RUN_COUNTS, {"p": self.race.prefix + "-%"})[0]
+            counts = reads.run_counts(office, self.race.prefix + "-%")
             stats = since(self.baseline, dedup_stats(office))
         except psycopg.Error:
             return ""
         deduped = sum(v for (_, _, kind), v in stats.items() if kind in ("windowed", "durable"))
         coalesced = sum(v for (_, _, kind), v in stats.items() if kind == "coalesced")
         return (
-            f"{self.race.ledger.actions['deliveries']} deliveries · {row['runs']} runs "
-            f"({row['finished']} finished) · {deduped} deduped · {coalesced} coalesced"
+            f"{self.race.ledger.actions['deliveries']} deliveries · {counts.runs} runs "
+            f"({counts.finished} finished) · {deduped} deduped · {coalesced} coalesced"
         )
 
     def settle(self, daemon: Daemon, fleet: Fleet) -> None:
@@ -176,9 +176,7 @@ class Demo:
         with connect(self.race.url) as office:
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
-                pending = office.fetch(q.DEMO_PENDING_EVENTS, {"p": self.race.prefix + "-%"})[0][
-                    "n"
-                ]
+                pending = reads.pending_events(office, self.race.prefix + "-%")
                 if pending == 0 and fleet.dead.done.is_set():
                     break
                 time.sleep(0.05)

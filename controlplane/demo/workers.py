@@ -16,7 +16,7 @@ from psycopg_pool import ConnectionPool
 
 from controlplane import keys
 from controlplane.client import Office
-from controlplane.client.queries import demo as q
+from controlplane.demo import reads
 from controlplane.demo.ledger import Occurrence
 from controlplane.demo.race import Race, connect
 from controlplane.demo.world import World
@@ -179,13 +179,13 @@ class Fleet:
                 with connect(self.race.url) as office:
                     deadline = time.monotonic() + max(30.0, self.race.seconds * 3)
                     while time.monotonic() < deadline:
-                        row = office.fetch(q.DEMO_RUN_STATE, {"id": self.dead.run_id})[0]
-                        if row["attempt"] > self.dead.attempt:
+                        state = reads.run_state(office, self.dead.run_id)
+                        if state.attempt > self.dead.attempt:
                             self.dead.recovered = True
-                        if row["status"] in ("finished", "failed"):
-                            self.dead.settled_by = row["claimed_by"]
-                            self.dead.settled_attempt = row["attempt"]
-                            self.dead.settled_as = row["status"]
+                        if state.status in ("finished", "failed"):
+                            self.dead.settled_by = state.claimed_by
+                            self.dead.settled_attempt = state.attempt
+                            self.dead.settled_as = state.status
                             break
                         time.sleep(0.05)
                 worker.stop()  # no more claims; its run in flight gets the grace period

@@ -1,4 +1,5 @@
-"""The demo's checks (:mod:`controlplane.demo`, run with ``Office.fetch``).
+"""The demo's checks (read by :mod:`controlplane.demo.reads`, one typed
+function each over ``Office.fetch``).
 
 The demo runs as the tables' owner and checks its invariants against the
 rows themselves, not through the API it is testing. ``p`` is a LIKE pattern
