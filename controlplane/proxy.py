@@ -292,18 +292,45 @@ _EVENT_PART = "coalesce(pg_catalog.hashtext(t.workspace_id) & ($2 - 1), $3)"
 _EVENT_ID = f"e.id * $2 + {_EVENT_PART}"
 
 
-def _returns_events(fn: Function) -> bool:
-    return fn.result == "SETOF office.events"
+# A row id of office.poison (alias p) that names an event (loop subscriber,
+# a canonical integer), on a shard: then its id through the proxy, joined
+# with its event e (if it still exists) and task t.
+def _poison_row(loop: str) -> tuple[str, str]:
+    subscriber = f"{loop} = 'subscriber' AND p.row_id ~ '^[1-9][0-9]{{0,17}}$'"
+    pick = (
+        f"CASE WHEN {subscriber} THEN (p.row_id::bigint * $2 + {_EVENT_PART})::text"
+        " ELSE p.row_id END AS row_id"
+    )
+    joins = (
+        f"LEFT JOIN office.events e ON e.id = CASE WHEN {subscriber} THEN p.row_id::bigint END"
+        "\n      LEFT JOIN office.tasks t ON t.id = e.task_id"
+    )
+    return pick, joins
+
+
+def _encoded_select(fn: Function, source: str) -> str | None:
+    """On a shard, the rows of ``source`` with the ids they name through the
+    proxy: events' ids, and the row ids of set-aside events (a function of a
+    ``loop`` returning ``row_id``s); None for a function whose results name
+    no event."""
+    names = [c for c, _ in fn.columns]
+    if fn.result == "SETOF office.events":
+        alias, encoded, joins = "e", {"id": _EVENT_ID + " AS id"}, "LEFT JOIN office.tasks t"
+        joins += " ON t.id = e.task_id"
+    elif "row_id" in names and "loop" in fn.arg_names:
+        pick, joins = _poison_row(f"${len(_EVENT_LEAD) + _position(fn, 'loop')}")
+        alias, encoded = "p", {"row_id": pick}
+    else:
+        return None
+    picks = [encoded.get(c, f"{alias}.{c}") for c in names]
+    return f"SELECT {', '.join(picks)}\n      FROM {source} {alias}\n      {joins}"
 
 
 def _event_helper(fn: Function, source: str) -> tuple[str, str]:
-    """A helper returning the events of ``source`` (on the shard) with their
-    ids through the proxy."""
-    picks = [_EVENT_ID + " AS id" if c == "id" else f"e.{c}" for c, _ in fn.columns]
-    select = (
-        f"SELECT {', '.join(picks)}\n      FROM {source} e"
-        "\n      LEFT JOIN office.tasks t ON t.id = e.task_id"
-    )
+    """A helper returning the rows of ``source`` (on the shard) with the ids
+    they name through the proxy (:func:`_encoded_select`)."""
+    select = _encoded_select(fn, source)
+    assert select is not None, fn.name
     return _helper(fn, "ev", "_part", fn.result, select, _EVENT_LEAD)
 
 
@@ -384,7 +411,7 @@ def _unreachable_or_raise() -> str:
     # working); any other error of a shard reaches the caller unchanged.
     return (
         "        EXCEPTION WHEN OTHERS THEN\n"
-        "            IF SQLSTATE NOT LIKE '08%' THEN RAISE; END IF;\n"
+        "            IF NOT office._unreachable(SQLSTATE, SQLERRM) THEN RAISE; END IF;\n"
         "            RAISE WARNING 'office_proxy: shard % skipped: %',\n"
         "                office._shard_name(s.shard), SQLERRM;\n"
     )
@@ -577,9 +604,9 @@ def function_sql(fn: Function) -> str:
         return sql + _wrapper(fn, "sql", body)
     if isinstance(route, tuple) and route[0] == "budget":
         # Event ids are encoded on the way out (office._event_groups).
-        events = _returns_events(fn)
+        source = f"office.{fn.name}({_params(fn, len(_EVENT_LEAD) + 1)})"
+        events = _encoded_select(fn, source) is not None
         if events:
-            source = f"office.{fn.name}({_params(fn, len(_EVENT_LEAD) + 1)})"
             helper, sql = _event_helper(fn, source)
         else:
             helper, sql = _helper(fn, "on", "_part", fn.result)
@@ -722,6 +749,53 @@ def views_sql(conn: psycopg.Connection[Any]) -> str:
     return "".join(out)
 
 
+_POISON = """
+SELECT pg_catalog.obj_description(c.oid, 'pg_class'),
+       ARRAY(SELECT a.grantee::regrole::text FROM pg_catalog.aclexplode(c.relacl) a
+              WHERE a.privilege_type = 'SELECT' AND a.grantee <> 0 AND a.grantee <> c.relowner
+              ORDER BY 1),
+       ARRAY(SELECT ARRAY[a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod)]
+               FROM pg_catalog.pg_attribute a
+              WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum)
+  FROM pg_catalog.pg_class c
+ WHERE c.oid = 'office.poison'::regclass
+"""
+
+
+def poison_sql(conn: psycopg.Connection[Any]) -> str:
+    """``office.poison`` on the proxy: a view of every shard's set-aside rows
+    (what the dashboard and doctor read), a subscriber row by its event's id
+    through the proxy, as take_poison_reports returns it."""
+    row = conn.execute(_POISON).fetchone()
+    assert row is not None
+    comment, grantees, columns = row
+    table = ", ".join(f"{c} {t}" for c, t in columns)
+    pick, joins = _poison_row("p.loop")
+    picks = ", ".join(pick if c == "row_id" else f"p.{c}" for c, _ in columns)
+    signature = "office._all_poison(integer, integer, integer)"
+    out = [
+        f"CREATE FUNCTION office._all_poison({', '.join(_EVENT_LEAD)}) RETURNS TABLE({table})\n"
+        "    LANGUAGE plproxy\n    SET search_path = pg_catalog, pg_temp\n"
+        "AS $$\n    CLUSTER 'office_cluster';\n    RUN ON _part;\n"
+        f"    SELECT {picks}\n      FROM office.poison p\n      {joins};\n$$;\n"
+        f"COMMENT ON FUNCTION {signature} IS\n"
+        "    'Internal: office.poison of the shard of partition _part'\n"
+        "    ' (subscriber rows by their event''s id through the proxy).';\n"
+        f"REVOKE EXECUTE ON FUNCTION {signature} FROM PUBLIC;\n",
+        "CREATE VIEW office.poison AS\n"
+        "    SELECT p.* FROM office._shards() s\n"
+        "     CROSS JOIN LATERAL office._all_poison(s.part, office._partitions(), s.part) p;\n",
+    ]
+    if comment is not None:
+        quoted = comment.replace("'", "''")
+        out.append(f"COMMENT ON VIEW office.poison IS\n    '{quoted}';\n")
+    out.append("REVOKE ALL ON office.poison FROM PUBLIC;\n")
+    if grantees:
+        out.append(f"GRANT EXECUTE ON FUNCTION {signature} TO {', '.join(grantees)};\n")
+        out.append(f"GRANT SELECT ON office.poison TO {', '.join(grantees)};\n")
+    return "".join(out)
+
+
 _BODY_HEADER = re.compile(r"^CREATE OR REPLACE FUNCTION", re.MULTILINE)
 
 
@@ -736,6 +810,7 @@ def generate(conn: psycopg.Connection[Any]) -> str:
     for fn in shard_functions(conn):
         parts.append("\n" + _BODY_HEADER.sub("CREATE FUNCTION", function_sql(fn)) + _grants(fn))
     parts.append("\n" + views_sql(conn))
+    parts.append("\n" + poison_sql(conn))
     return "".join(parts)
 
 

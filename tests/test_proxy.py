@@ -312,8 +312,9 @@ SELECT c.relname, a.attnum, a.attname, format_type(a.atttypid, a.atttypmod),
        ARRAY(SELECT g.grantee::regrole::text || ':' || g.privilege_type FROM aclexplode(c.relacl) g
               WHERE g.grantee <> c.relowner ORDER BY 1)
   FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid
- WHERE c.relnamespace = 'office'::regnamespace AND c.relkind = 'v' AND c.relname !~ '^_'
-   AND a.attnum > 0
+ WHERE c.relnamespace = 'office'::regnamespace AND a.attnum > 0
+   -- the views, and office.poison (a table on a shard, a view on the proxy)
+   AND ((c.relkind = 'v' AND c.relname !~ '^_') OR c.relname = 'poison')
  ORDER BY 1, 2
 """
 

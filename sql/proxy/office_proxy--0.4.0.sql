@@ -81,6 +81,21 @@ $$;
 COMMENT ON FUNCTION office._shard_name(text) IS
     'Internal: a shard connection string fit for an error message (password masked).';
 
+-- Whether an error of a PL/Proxy call says its shard could not be reached:
+-- a connection failure (08xxx), or PL/Proxy's own failure to connect, which
+-- it raises as XX000 without a REMOTE ERROR (an error the shard raised
+-- always carries one, with the shard's SQLSTATE).
+CREATE FUNCTION office._unreachable(sqlstate text, message text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT sqlstate LIKE '08%'
+        OR (sqlstate = 'XX000' AND message NOT LIKE '%REMOTE ERROR:%'
+            AND message ~ 'PQconnect|connect timeout|connection')
+$$;
+COMMENT ON FUNCTION office._unreachable(text, text) IS
+    'Internal: true for the error of a PL/Proxy call whose shard could not be reached (08xxx, or PL/Proxy''s XX000 connection failure, never a shard''s own error).';
+
 -- Where entities live, asked of one shard: the workspace of each id it
 -- holds. The kinds are the entities API.md §8 routes by id. (Argument names
 -- must not match a column: PL/Proxy substitutes them into the SELECT.)
@@ -798,7 +813,7 @@ BEGIN
             GET DIAGNOSTICS v_n = ROW_COUNT;
             v_left := v_left - v_n;
         EXCEPTION WHEN OTHERS THEN
-            IF SQLSTATE NOT LIKE '08%' THEN RAISE; END IF;
+            IF NOT office._unreachable(SQLSTATE, SQLERRM) THEN RAISE; END IF;
             RAISE WARNING 'office_proxy: shard % skipped: %',
                 office._shard_name(s.shard), SQLERRM;
         END;
@@ -861,7 +876,7 @@ BEGIN
             RETURN QUERY SELECT * FROM office._on_claim_run(s.part, $1, $2);
             IF FOUND THEN RETURN; END IF;
         EXCEPTION WHEN OTHERS THEN
-            IF SQLSTATE NOT LIKE '08%' THEN RAISE; END IF;
+            IF NOT office._unreachable(SQLSTATE, SQLERRM) THEN RAISE; END IF;
             RAISE WARNING 'office_proxy: shard % skipped: %',
                 office._shard_name(s.shard), SQLERRM;
         END;
@@ -1031,7 +1046,7 @@ BEGIN
             GET DIAGNOSTICS v_n = ROW_COUNT;
             v_left := v_left - v_n;
         EXCEPTION WHEN OTHERS THEN
-            IF SQLSTATE NOT LIKE '08%' THEN RAISE; END IF;
+            IF NOT office._unreachable(SQLSTATE, SQLERRM) THEN RAISE; END IF;
             RAISE WARNING 'office_proxy: shard % skipped: %',
                 office._shard_name(s.shard), SQLERRM;
         END;
@@ -2217,7 +2232,7 @@ BEGIN
             GET DIAGNOSTICS v_n = ROW_COUNT;
             v_left := v_left - v_n;
         EXCEPTION WHEN OTHERS THEN
-            IF SQLSTATE NOT LIKE '08%' THEN RAISE; END IF;
+            IF NOT office._unreachable(SQLSTATE, SQLERRM) THEN RAISE; END IF;
             RAISE WARNING 'office_proxy: shard % skipped: %',
                 office._shard_name(s.shard), SQLERRM;
         END;
@@ -2252,18 +2267,21 @@ COMMENT ON FUNCTION office.sync_routine_run_status(task_id text, terminal text) 
 REVOKE EXECUTE ON FUNCTION office.sync_routine_run_status(task_id text, terminal text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.sync_routine_run_status(task_id text, terminal text) TO office_admin, office_producer, office_worker;
 
-CREATE FUNCTION office._on_take_poison_reports(_part integer, _a1 text, _a2 integer) RETURNS TABLE(row_id text, reason text, sqlstate text)
+CREATE FUNCTION office._ev_take_poison_reports(_part integer, _parts integer, _home integer, _a1 text, _a2 integer) RETURNS TABLE(row_id text, reason text, sqlstate text)
     LANGUAGE plproxy
     SET search_path = pg_catalog, pg_temp
 AS $$
     CLUSTER 'office_cluster';
     RUN ON _part;
-    SELECT * FROM office.take_poison_reports($2, $3);
+    SELECT CASE WHEN $4 = 'subscriber' AND p.row_id ~ '^[1-9][0-9]{0,17}$' THEN (p.row_id::bigint * $2 + coalesce(pg_catalog.hashtext(t.workspace_id) & ($2 - 1), $3))::text ELSE p.row_id END AS row_id, p.reason, p.sqlstate
+      FROM office.take_poison_reports($4, $5) p
+      LEFT JOIN office.events e ON e.id = CASE WHEN $4 = 'subscriber' AND p.row_id ~ '^[1-9][0-9]{0,17}$' THEN p.row_id::bigint END
+      LEFT JOIN office.tasks t ON t.id = e.task_id;
 $$;
-COMMENT ON FUNCTION office._on_take_poison_reports(integer, text, integer) IS
-    'Internal: office.take_poison_reports on the shard of partition _part (on).';
-REVOKE EXECUTE ON FUNCTION office._on_take_poison_reports(integer, text, integer) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION office._on_take_poison_reports(integer, text, integer) TO office_admin, office_worker;
+COMMENT ON FUNCTION office._ev_take_poison_reports(integer, integer, integer, text, integer) IS
+    'Internal: office.take_poison_reports on the shard of partition _part (ev).';
+REVOKE EXECUTE ON FUNCTION office._ev_take_poison_reports(integer, integer, integer, text, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._ev_take_poison_reports(integer, integer, integer, text, integer) TO office_admin, office_worker;
 CREATE FUNCTION office.take_poison_reports(loop text, max_rows integer DEFAULT 100) RETURNS TABLE(row_id text, reason text, sqlstate text)
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -2274,17 +2292,17 @@ DECLARE
     v_n integer;
 BEGIN
     IF v_left IS NULL OR v_left < 1 THEN  -- the shard's own answer (22023, or none)
-        RETURN QUERY SELECT * FROM office._on_take_poison_reports(0, $1, $2);
+        RETURN QUERY SELECT * FROM office._ev_take_poison_reports(0, office._partitions(), 0, $1, $2);
         RETURN;
     END IF;
     FOR s IN SELECT * FROM office._shards() LOOP
         EXIT WHEN v_left = 0;
         BEGIN
-            RETURN QUERY SELECT * FROM office._on_take_poison_reports(s.part, $1, v_left);
+            RETURN QUERY SELECT * FROM office._ev_take_poison_reports(s.part, office._partitions(), s.part, $1, v_left);
             GET DIAGNOSTICS v_n = ROW_COUNT;
             v_left := v_left - v_n;
         EXCEPTION WHEN OTHERS THEN
-            IF SQLSTATE NOT LIKE '08%' THEN RAISE; END IF;
+            IF NOT office._unreachable(SQLSTATE, SQLERRM) THEN RAISE; END IF;
             RAISE WARNING 'office_proxy: shard % skipped: %',
                 office._shard_name(s.shard), SQLERRM;
         END;
@@ -2442,3 +2460,27 @@ COMMENT ON VIEW office.queue_stats IS
     'Runs per status (every status, zero included): distinct agents, runs, and the oldest requested_at.';
 REVOKE ALL ON office.queue_stats FROM PUBLIC;
 GRANT SELECT ON office.queue_stats TO office_admin, office_reader;
+
+CREATE FUNCTION office._all_poison(_part integer, _parts integer, _home integer) RETURNS TABLE(loop text, row_id text, reason text, sqlstate text, set_aside_at timestamp with time zone, reported_at timestamp with time zone)
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT p.loop, CASE WHEN p.loop = 'subscriber' AND p.row_id ~ '^[1-9][0-9]{0,17}$' THEN (p.row_id::bigint * $2 + coalesce(pg_catalog.hashtext(t.workspace_id) & ($2 - 1), $3))::text ELSE p.row_id END AS row_id, p.reason, p.sqlstate, p.set_aside_at, p.reported_at
+      FROM office.poison p
+      LEFT JOIN office.events e ON e.id = CASE WHEN p.loop = 'subscriber' AND p.row_id ~ '^[1-9][0-9]{0,17}$' THEN p.row_id::bigint END
+      LEFT JOIN office.tasks t ON t.id = e.task_id;
+$$;
+COMMENT ON FUNCTION office._all_poison(integer, integer, integer) IS
+    'Internal: office.poison of the shard of partition _part'
+    ' (subscriber rows by their event''s id through the proxy).';
+REVOKE EXECUTE ON FUNCTION office._all_poison(integer, integer, integer) FROM PUBLIC;
+CREATE VIEW office.poison AS
+    SELECT p.* FROM office._shards() s
+     CROSS JOIN LATERAL office._all_poison(s.part, office._partitions(), s.part) p;
+COMMENT ON VIEW office.poison IS
+    'Rows a background loop could not process, set aside (dead letters): the loop (subscriber: office.events.id; wakeups: wakeup_requests.id; cron: routine_triggers.id; sweep: the parent task id; recovery: runs.id), the row''s id, the error and its SQLSTATE (NULL: the daemon could not decode the row), when, and when a daemon logged and counted it. Each loop''s scan leaves these rows out until release_poison.';
+REVOKE ALL ON office.poison FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._all_poison(integer, integer, integer) TO office_admin, office_reader;
+GRANT SELECT ON office.poison TO office_admin, office_reader;

@@ -81,6 +81,21 @@ $$;
 COMMENT ON FUNCTION office._shard_name(text) IS
     'Internal: a shard connection string fit for an error message (password masked).';
 
+-- Whether an error of a PL/Proxy call says its shard could not be reached:
+-- a connection failure (08xxx), or PL/Proxy's own failure to connect, which
+-- it raises as XX000 without a REMOTE ERROR (an error the shard raised
+-- always carries one, with the shard's SQLSTATE).
+CREATE FUNCTION office._unreachable(sqlstate text, message text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT sqlstate LIKE '08%'
+        OR (sqlstate = 'XX000' AND message NOT LIKE '%REMOTE ERROR:%'
+            AND message ~ 'PQconnect|connect timeout|connection')
+$$;
+COMMENT ON FUNCTION office._unreachable(text, text) IS
+    'Internal: true for the error of a PL/Proxy call whose shard could not be reached (08xxx, or PL/Proxy''s XX000 connection failure, never a shard''s own error).';
+
 -- Where entities live, asked of one shard: the workspace of each id it
 -- holds. The kinds are the entities API.md §8 routes by id. (Argument names
 -- must not match a column: PL/Proxy substitutes them into the SELECT.)
