@@ -219,7 +219,11 @@ def test_counts_are_added_over_the_shards(topo: Topology, px: psycopg.Connection
         ("SELECT office.set_aside('nope', 'x', 'r')", (), "22023"),
         ("SELECT office.set_aside('subscriber', '', 'r')", (), "22023"),
         ("SELECT * FROM office.enqueue_runs('{}')", (), "22023"),
-        ("SELECT * FROM office.enqueue_runs(%s)", ('[{"agent_profile_id": "no", "reason": "r"}]',), "OFA01"),
+        (
+            "SELECT * FROM office.enqueue_runs(%s)",
+            ('[{"agent_profile_id": "no", "reason": "r"}]',),
+            "OFA01",
+        ),
         ("SELECT * FROM office.enqueue_runs(%s)", ('[{"agent_profile_id": "no"}]',), "22023"),
     ],
 )
