@@ -18,13 +18,13 @@ Routing kinds:
 * ``"sum"``: every shard, counts added;
 * ``"max"``: every shard, the greatest value (NULL when every shard says NULL);
 * ``("ordered", arg, order)``: every shard, merged rows ordered and limited;
-* ``("budget", arg)``: the shards in turn, each given what is left of the
-  limit, so the work done in all is at most the limit;
+* ``("budget", arg)``: the shards in turn (from a random one), each given
+  what is left of the limit, so the work done in all is at most the limit;
 * ``"merge"``: every shard, the rows merged as one database's (text columns
   group, counts added, the oldest timestamp, the greatest lag, ``exact`` only
   when every shard is, jsonb counts added per key);
-* ``"claim"``: ``claim_run``; routed by agent, or the shards in turn until one
-  returns a run;
+* ``"claim"``: ``claim_run``; routed by agent, or the shards in turn (from a
+  random one) until one returns a run;
 * ``("events_page", before, size)`` / ``("events_ack", ids)``: a page of events
   merged newest first / ids acknowledged on the shards they name. Event ids
   through the proxy are ``local_id * partitions + partition`` (a budget route
@@ -406,6 +406,11 @@ def _merged_select(columns: list[tuple[str, str]], source: str, ordered: bool) -
     return sql
 
 
+# The shards a claim or a budget loop asks in turn: from a random one, so a
+# shard that always has work cannot keep the others' work waiting.
+_IN_TURN = "SELECT * FROM office._shards() ORDER BY pg_catalog.random()"
+
+
 def _unreachable_or_raise() -> str:
     # A shard that cannot be reached is left out of a merge (the others keep
     # working); any other error of a shard reaches the caller unchanged.
@@ -619,7 +624,7 @@ def function_sql(fn: Function) -> str:
             "DECLARE\n    s record;\n    v_left integer := ${k};\n    v_n integer;\nBEGIN\n"
             "    IF v_left IS NULL OR v_left < 1 THEN  -- the shard's own answer (22023, or none)\n"
             "        RETURN QUERY SELECT * FROM {helper}({first});\n        RETURN;\n    END IF;\n"
-            "    FOR s IN SELECT * FROM office._shards() LOOP\n"
+            f"    FOR s IN {_IN_TURN} LOOP\n"
             "        EXIT WHEN v_left = 0;\n        BEGIN\n"
             "            RETURN QUERY SELECT * FROM {helper}({each});\n"
             "            GET DIAGNOSTICS v_n = ROW_COUNT;\n            v_left := v_left - v_n;\n"
@@ -639,7 +644,7 @@ def function_sql(fn: Function) -> str:
             "    IF $2 IS NOT NULL THEN\n"
             f"        RETURN QUERY SELECT * FROM {helper}(office._route('agent', $2), $1, $2);\n"
             "        RETURN;\n    END IF;\n"
-            "    FOR s IN SELECT * FROM office._shards() LOOP\n        BEGIN\n"
+            f"    FOR s IN {_IN_TURN} LOOP\n        BEGIN\n"
             f"            RETURN QUERY SELECT * FROM {helper}(s.part, $1, $2);\n"
             "            IF FOUND THEN RETURN; END IF;\n"
             f"{_unreachable_or_raise()}        END;\n    END LOOP;\nEND"

@@ -806,7 +806,7 @@ BEGIN
         RETURN QUERY SELECT * FROM office._ev_claim_events(0, office._partitions(), 0, $1, $2, $3);
         RETURN;
     END IF;
-    FOR s IN SELECT * FROM office._shards() LOOP
+    FOR s IN SELECT * FROM office._shards() ORDER BY pg_catalog.random() LOOP
         EXIT WHEN v_left = 0;
         BEGIN
             RETURN QUERY SELECT * FROM office._ev_claim_events(s.part, office._partitions(), s.part, $1, v_left, $3);
@@ -871,7 +871,7 @@ BEGIN
         RETURN QUERY SELECT * FROM office._on_claim_run(office._route('agent', $2), $1, $2);
         RETURN;
     END IF;
-    FOR s IN SELECT * FROM office._shards() LOOP
+    FOR s IN SELECT * FROM office._shards() ORDER BY pg_catalog.random() LOOP
         BEGIN
             RETURN QUERY SELECT * FROM office._on_claim_run(s.part, $1, $2);
             IF FOUND THEN RETURN; END IF;
@@ -1039,7 +1039,7 @@ BEGIN
         RETURN QUERY SELECT * FROM office._on_dispatch_queued_wakeups(0, $1, $2);
         RETURN;
     END IF;
-    FOR s IN SELECT * FROM office._shards() LOOP
+    FOR s IN SELECT * FROM office._shards() ORDER BY pg_catalog.random() LOOP
         EXIT WHEN v_left = 0;
         BEGIN
             RETURN QUERY SELECT * FROM office._on_dispatch_queued_wakeups(s.part, v_left, $2);
@@ -2225,7 +2225,7 @@ BEGIN
         RETURN QUERY SELECT * FROM office._on_sweep_stuck_parents(0, $1);
         RETURN;
     END IF;
-    FOR s IN SELECT * FROM office._shards() LOOP
+    FOR s IN SELECT * FROM office._shards() ORDER BY pg_catalog.random() LOOP
         EXIT WHEN v_left = 0;
         BEGIN
             RETURN QUERY SELECT * FROM office._on_sweep_stuck_parents(s.part, v_left);
@@ -2295,7 +2295,7 @@ BEGIN
         RETURN QUERY SELECT * FROM office._ev_take_poison_reports(0, office._partitions(), 0, $1, $2);
         RETURN;
     END IF;
-    FOR s IN SELECT * FROM office._shards() LOOP
+    FOR s IN SELECT * FROM office._shards() ORDER BY pg_catalog.random() LOOP
         EXIT WHEN v_left = 0;
         BEGIN
             RETURN QUERY SELECT * FROM office._ev_take_poison_reports(s.part, office._partitions(), s.part, $1, v_left);
