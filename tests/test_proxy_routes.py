@@ -244,6 +244,29 @@ def test_claimed_events_are_acknowledged_on_the_shards_they_name(
     px.execute("SELECT office.ack_events(%s)", (claimed,))
 
 
+def test_an_event_without_a_known_task_is_named_by_its_shards_lowest_partition(
+    topo: Topology, px: psycopg.Connection[Any]
+) -> None:
+    _drain_events(px)
+    with psycopg.connect(topo.shards[1], autocommit=True) as s1:
+        local = [
+            s1.execute(
+                "INSERT INTO office.events (topic, task_id) VALUES ('by.hand', %s) RETURNING id",
+                (task,),
+            ).fetchone()
+            for task in (None, "no-such-task")
+        ]
+    lowest = topo.partition_shard.index(1)
+    expected = sorted(row[0] * PARTITIONS + lowest for row in local if row is not None)
+    claimed = sorted(r[0] for r in px.execute("SELECT id FROM office.claim_events('c', 100)"))
+    assert claimed == expected
+    assert px.execute("SELECT office.ack_events(%s)", (claimed,)).fetchone() == (2,)
+    with psycopg.connect(topo.shards[1]) as s1:
+        assert s1.execute(
+            "SELECT count(*) FROM office.events WHERE topic = 'by.hand' AND processed_at IS NULL"
+        ).fetchone() == (0,)
+
+
 def test_claim_events_skips_a_stopped_shard_with_a_warning(topo: Topology) -> None:
     if topo.cluster is None:
         pytest.skip("needs shard 1 in its own cluster")
