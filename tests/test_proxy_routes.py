@@ -13,6 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests import harness
 from tests.proxy_topology import PARTITIONS, Topology, plproxy_missing, topology
 
 _MISSING = plproxy_missing()
@@ -244,6 +245,26 @@ def test_claimed_events_are_acknowledged_on_the_shards_they_name(
     px.execute("SELECT office.ack_events(%s)", (claimed,))
 
 
+def test_concurrent_claimers_through_the_proxy_never_share_an_event(
+    topo: Topology, px: psycopg.Connection[Any]
+) -> None:
+    _drain_events(px)
+    for shard in (0, 1, 0, 1):
+        _agent_with_events(px, _workspace_on(topo, shard), tasks=5)
+
+    def claim(conn: psycopg.Connection[Any]) -> list[int]:
+        got: list[int] = []
+        while batch := [r[0] for r in conn.execute("SELECT id FROM office.claim_events('c', 3)")]:
+            got += batch
+        return got
+
+    outcomes = harness.run_concurrently(topo.proxy, [claim, claim, claim])
+    assert all(o.error is None for o in outcomes)
+    claimed = [i for o in outcomes for i in o.value]
+    assert len(claimed) == len(set(claimed)) == 20
+    px.execute("SELECT office.ack_events(%s)", (claimed,))
+
+
 def test_an_event_without_a_known_task_is_named_by_its_shards_lowest_partition(
     topo: Topology, px: psycopg.Connection[Any]
 ) -> None:
@@ -290,6 +311,7 @@ def test_claim_events_skips_a_stopped_shard_with_a_warning(topo: Topology) -> No
     with psycopg.connect(topo.proxy, autocommit=True) as px:
         rest = px.execute("SELECT id FROM office.claim_events('c', 100)").fetchall()
         assert {topo.partition_shard[_decode(r[0])[0]] for r in rest} == {1} and len(rest) == 2
+        px.execute("SELECT office.ack_events(%s)", ([r[0] for r in got + rest],))
 
 
 # --- set-aside rows -------------------------------------------------------------------
@@ -303,7 +325,9 @@ def test_a_set_aside_event_is_the_one_its_id_names(
     _agent_with_events(px, ws, tasks=1)
     _agent_with_events(px, _workspace_on(topo, 0), tasks=1)
     (event_id, _task), *_ = [
-        r for r in px.execute("SELECT id, task_id FROM office.list_events(NULL, 500)") if ws in r[1]
+        r
+        for r in px.execute("SELECT id, task_id FROM office.list_events(NULL, 500)")
+        if ws in (r[1] or "")
     ]
     _part, local_id = _decode(event_id)
     assert px.execute(
@@ -317,9 +341,9 @@ def test_a_set_aside_event_is_the_one_its_id_names(
             "SELECT count(*) FROM office.poison WHERE loop = 'subscriber'"
         ).fetchone() == (0,)
     # The proxy's claim leaves it out; its reports and office.poison name it by its proxy id.
-    assert event_id not in [
-        r[0] for r in px.execute("SELECT id FROM office.claim_events('c', 500)")
-    ]
+    others = [r[0] for r in px.execute("SELECT id FROM office.claim_events('c', 500)")]
+    assert others and event_id not in others
+    px.execute("SELECT office.ack_events(%s)", (others,))
     reports = px.execute(
         "SELECT row_id, reason FROM office.take_poison_reports('subscriber')"
     ).fetchall()
