@@ -33,8 +33,7 @@ Routing kinds:
 * ``("split", elements, key, ordinal)``: a bulk call split by the shard of
   the ``key`` (the agent) of each of its ``elements``, the outcomes in
   element order by their ``ordinal`` column;
-* ``"version"``: the version every shard runs;
-* ``"unsupported"``: not served yet (0A000), see docs/scale-out.md.
+* ``"version"``: the version every shard runs.
 """
 
 from __future__ import annotations
@@ -662,13 +661,6 @@ def function_sql(fn: Function) -> str:
         return _poison(fn, route[1], route[2])
     if isinstance(route, tuple) and route[0] == "split":
         return _split(fn, route[1], route[2], route[3])
-    if route == "unsupported":
-        body = (
-            "BEGIN\n    RAISE EXCEPTION USING ERRCODE = '0A000',\n"
-            f"        MESSAGE = 'office_proxy: office.{fn.name} is not served through the proxy"
-            " yet; call it on the shards (docs/scale-out.md)';\nEND"
-        )
-        return _wrapper(fn, "plpgsql", body)
     raise LookupError(f"unknown route {route!r} for office.{fn.name}")
 
 
