@@ -81,65 +81,94 @@ $$;
 COMMENT ON FUNCTION office._shard_name(text) IS
     'Internal: a shard connection string fit for an error message (password masked).';
 
--- Where an entity lives, asked of one shard: its workspace, or no row. The
--- kinds are the entities API.md §8 routes by id. (Argument names must not
--- match a column: PL/Proxy substitutes them into the SELECT.)
-CREATE FUNCTION office._locate(_part integer, _kind text, _eid text) RETURNS SETOF text
+-- Whether an error of a PL/Proxy call says its shard could not be reached:
+-- a connection failure (08xxx), or PL/Proxy's own failure to connect, which
+-- it raises as XX000 without a REMOTE ERROR (an error the shard raised
+-- always carries one, with the shard's SQLSTATE).
+CREATE FUNCTION office._unreachable(sqlstate text, message text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT sqlstate LIKE '08%'
+        OR (sqlstate = 'XX000' AND message NOT LIKE '%REMOTE ERROR:%'
+            AND message ~ 'PQconnect|connect timeout|connection')
+$$;
+COMMENT ON FUNCTION office._unreachable(text, text) IS
+    'Internal: true for the error of a PL/Proxy call whose shard could not be reached (08xxx, or PL/Proxy''s XX000 connection failure, never a shard''s own error).';
+
+-- Where entities live, asked of one shard: the workspace of each id it
+-- holds. The kinds are the entities API.md §8 routes by id. (Argument names
+-- must not match a column: PL/Proxy substitutes them into the SELECT.)
+CREATE FUNCTION office._locate(_part integer, _kind text, _eids text[])
+    RETURNS TABLE(entity_id text, workspace_id text)
     LANGUAGE plproxy
     SET search_path = pg_catalog, pg_temp
 AS $$
     CLUSTER 'office_cluster';
     RUN ON _part;
-    SELECT a.workspace_id FROM office.agent_profiles a WHERE $2 = 'agent' AND a.id = $3
-    UNION ALL SELECT t.workspace_id FROM office.tasks t WHERE $2 = 'task' AND t.id = $3
-    UNION ALL SELECT r.workspace_id FROM office.routines r WHERE $2 = 'routine' AND r.id = $3
-    UNION ALL SELECT r.workspace_id FROM office.routine_triggers g JOIN office.routines r ON r.id = g.routine_id
-               WHERE $2 = 'trigger' AND g.id = $3
-    UNION ALL SELECT r.workspace_id FROM office.routine_runs x JOIN office.routines r ON r.id = x.routine_id
-               WHERE $2 = 'routine_run' AND x.id = $3
-    UNION ALL SELECT a.workspace_id FROM office.runs x JOIN office.agent_profiles a ON a.id = x.agent_profile_id
-               WHERE $2 = 'run' AND x.id = $3
-    UNION ALL SELECT a.workspace_id FROM office.wakeup_requests x JOIN office.agent_profiles a ON a.id = x.agent_profile_id
-               WHERE $2 = 'wakeup' AND x.id = $3;
+    SELECT a.id AS entity_id, a.workspace_id FROM office.agent_profiles a WHERE $2 = 'agent' AND a.id = ANY ($3)
+    UNION ALL SELECT t.id, t.workspace_id FROM office.tasks t WHERE $2 = 'task' AND t.id = ANY ($3)
+    UNION ALL SELECT r.id, r.workspace_id FROM office.routines r WHERE $2 = 'routine' AND r.id = ANY ($3)
+    UNION ALL SELECT g.id, r.workspace_id FROM office.routine_triggers g JOIN office.routines r ON r.id = g.routine_id
+               WHERE $2 = 'trigger' AND g.id = ANY ($3)
+    UNION ALL SELECT x.id, r.workspace_id FROM office.routine_runs x JOIN office.routines r ON r.id = x.routine_id
+               WHERE $2 = 'routine_run' AND x.id = ANY ($3)
+    UNION ALL SELECT x.id, a.workspace_id FROM office.runs x JOIN office.agent_profiles a ON a.id = x.agent_profile_id
+               WHERE $2 = 'run' AND x.id = ANY ($3)
+    UNION ALL SELECT x.id, a.workspace_id FROM office.wakeup_requests x JOIN office.agent_profiles a ON a.id = x.agent_profile_id
+               WHERE $2 = 'wakeup' AND x.id = ANY ($3);
 $$;
-COMMENT ON FUNCTION office._locate(integer, text, text) IS
-    'Internal: the workspace of one entity (agent, task, routine, trigger, routine_run, run, wakeup) on the shard of a partition.';
+COMMENT ON FUNCTION office._locate(integer, text, text[]) IS
+    'Internal: the workspace of each entity (agent, task, routine, trigger, routine_run, run, wakeup) of the ids the shard of a partition holds.';
 
--- The workspace of an entity, found by asking the shards in turn (no
--- directory on the proxy: nothing to roll back, nothing to rebuild); NULL
--- for an id no shard knows. A shard that cannot be asked is skipped; if the
--- id is found nowhere else the call fails with 08006 naming the shard, since
--- the entity may live there.
-CREATE FUNCTION office._workspace_of(kind text, entity_id text) RETURNS text
+-- The workspaces of entities, found by asking the shards in turn, each for
+-- the ids not found yet (no directory on the proxy: nothing to roll back,
+-- nothing to rebuild); an id no shard knows has no row. A shard that cannot
+-- be asked is skipped; if an id is found nowhere else the call fails with
+-- 08006 naming the shard, since the entity may live there.
+CREATE FUNCTION office._workspaces_of(kind text, entity_ids text[])
+    RETURNS TABLE(entity_id text, workspace_id text)
     LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     s record;
-    v_ws text;
+    v_left text[] := ARRAY(SELECT DISTINCT i FROM pg_catalog.unnest(entity_ids) AS i WHERE i IS NOT NULL);
+    v_ids text[];
+    v_workspaces text[];
     v_down text[] := '{}';
 BEGIN
-    IF entity_id IS NULL THEN
-        RETURN NULL;
-    END IF;
     FOR s IN SELECT * FROM office._shards() LOOP
+        EXIT WHEN pg_catalog.cardinality(v_left) = 0;
         BEGIN
-            SELECT l INTO v_ws FROM office._locate(s.part, kind, entity_id) AS l LIMIT 1;
+            SELECT pg_catalog.array_agg(l.entity_id), pg_catalog.array_agg(l.workspace_id)
+              INTO v_ids, v_workspaces
+              FROM office._locate(s.part, kind, v_left) AS l;
         EXCEPTION WHEN OTHERS THEN
             v_down := v_down || office._shard_name(s.shard);
             CONTINUE;
         END;
-        IF FOUND THEN
-            RETURN v_ws;
-        END IF;
+        RETURN QUERY SELECT * FROM unnest(v_ids, v_workspaces);  -- (the multi-array form is not schema-qualifiable)
+        v_left := ARRAY(SELECT pg_catalog.unnest(v_left) EXCEPT SELECT pg_catalog.unnest(v_ids));
     END LOOP;
-    IF pg_catalog.cardinality(v_down) > 0 THEN
+    IF pg_catalog.cardinality(v_left) > 0 AND pg_catalog.cardinality(v_down) > 0 THEN
         RAISE EXCEPTION USING ERRCODE = '08006',
             MESSAGE = pg_catalog.format('office_proxy: cannot locate %s %s: shard %s unreachable',
-                                        kind, entity_id, pg_catalog.array_to_string(v_down, ', '));
+                                        kind, pg_catalog.array_to_string(v_left, ', '),
+                                        pg_catalog.array_to_string(v_down, ', '));
     END IF;
-    RETURN NULL;
 END
+$$;
+COMMENT ON FUNCTION office._workspaces_of(text, text[]) IS
+    'The workspaces of entities of one kind (agent, task, routine, trigger, routine_run, run, wakeup) by their ids, asked of the shards in turn: a row per id some shard knows; 08006 naming the shard when an id may live on an unreachable one.';
+
+-- The workspace of one entity (office._workspaces_of); NULL for an id no
+-- shard knows.
+CREATE FUNCTION office._workspace_of(kind text, entity_id text) RETURNS text
+    LANGUAGE sql STABLE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT w.workspace_id FROM office._workspaces_of(kind, ARRAY[entity_id]) AS w
 $$;
 COMMENT ON FUNCTION office._workspace_of(text, text) IS
     'The workspace of an entity (kind agent, task, routine, trigger, routine_run, run, wakeup) by its id, asked of the shards in turn; NULL for an id no shard knows; 08006 naming the shard when it may live on an unreachable one.';
@@ -195,6 +224,96 @@ END
 $$;
 COMMENT ON FUNCTION office._checked_partition(text, text[]) IS
     'Internal: the partition of a workspace after refusing entities of other partitions (checks: kind, id, sqlstate triples).';
+
+-- The lowest partition of the shard a partition lives on: the partition
+-- that stands for the shard (office._shards), where calls that concern the
+-- shard rather than one workspace go.
+CREATE FUNCTION office._home(_part integer) RETURNS integer
+    LANGUAGE sql STABLE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT s.part FROM office._shards() AS s
+     WHERE s.shard = (SELECT pg_catalog.substr(o.opt, pg_catalog.strpos(o.opt, '=') + 1)
+                        FROM pg_catalog.pg_foreign_server f, pg_catalog.unnest(f.srvoptions) AS o(opt)
+                       WHERE f.srvname = 'office_cluster' AND o.opt LIKE 'p' || _part || '=%')
+$$;
+COMMENT ON FUNCTION office._home(integer) IS
+    'Internal: the lowest partition of the shard database of a partition (NULL for a partition office_cluster does not have).';
+
+-- Merging a jsonb of counts per key (daemon_stats.poison_by_loop) over the
+-- shards: the counts of a key are added.
+CREATE FUNCTION office._jsonb_add(a jsonb, b jsonb) RETURNS jsonb
+    LANGUAGE sql IMMUTABLE STRICT
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(pg_catalog.jsonb_object_agg(u.key, u.total), '{}')
+      FROM (SELECT e.key, pg_catalog.sum(e.value::numeric) AS total
+              FROM (SELECT * FROM pg_catalog.jsonb_each_text(a)
+                    UNION ALL SELECT * FROM pg_catalog.jsonb_each_text(b)) AS e
+             GROUP BY e.key) AS u
+$$;
+COMMENT ON FUNCTION office._jsonb_add(jsonb, jsonb) IS
+    'Internal: two objects of counts as one, the counts of a key added (the state function of office._jsonb_sum).';
+CREATE AGGREGATE office._jsonb_sum(jsonb) (SFUNC = office._jsonb_add, STYPE = jsonb);
+COMMENT ON AGGREGATE office._jsonb_sum(jsonb) IS
+    'Internal: objects of counts as one, the counts of each key added (NULL when every input is NULL).';
+
+-- Event ids through the proxy. A shard's event ids are its own sequence, so
+-- two shards have the same ones; the proxy returns local_id * P + p (P the
+-- partition count, p the partition of the event's task's workspace, or the
+-- shard's lowest partition when the task is unknown), which no other event
+-- of any shard has, and which names its shard: partition id & (P - 1), local
+-- id id / P. Ordering by it orders one shard's events as their local ids do.
+-- The groups of an id array by partition, each with its local ids (ids is
+-- NULL: one group, partition 0, NULL, for the shard's own 22023).
+CREATE FUNCTION office._event_groups(ids bigint[]) RETURNS TABLE(part integer, local_ids bigint[])
+    LANGUAGE sql STABLE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT 0, NULL::bigint[] WHERE ids IS NULL
+    UNION ALL
+    SELECT (i & (office._partitions() - 1))::integer, pg_catalog.array_agg(i / office._partitions())
+      FROM pg_catalog.unnest(ids) AS i
+     WHERE i IS NOT NULL
+     GROUP BY 1
+$$;
+COMMENT ON FUNCTION office._event_groups(bigint[]) IS
+    'Internal: proxy event ids (local_id * partitions + partition) grouped by partition, as local ids.';
+
+-- enqueue_runs split by shard (API.md §8): the elements grouped by the
+-- shard of their agent's workspace (its lowest partition), in the order of
+-- each group's first element, each group's elements in element order with
+-- their ordinalities in the whole call. An element whose agent no shard
+-- knows (or that has none, or is no object) goes to partition 0, whose shard
+-- answers as one database would; so does a requests that is no array.
+CREATE FUNCTION office._split_requests(requests jsonb, agent_key text)
+    RETURNS TABLE(part integer, elements jsonb, ordinalities integer[])
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_agents text[];
+BEGIN
+    IF pg_catalog.jsonb_typeof(requests) IS DISTINCT FROM 'array' THEN
+        RETURN QUERY SELECT 0, requests, NULL::integer[];
+        RETURN;
+    END IF;
+    v_agents := ARRAY(SELECT DISTINCT e.value ->> agent_key FROM pg_catalog.jsonb_array_elements(requests) AS e
+                       WHERE pg_catalog.jsonb_typeof(e.value -> agent_key) = 'string');
+    RETURN QUERY
+    SELECT g.part, pg_catalog.jsonb_agg(g.value ORDER BY g.n), pg_catalog.array_agg(g.n::integer ORDER BY g.n)
+      FROM (SELECT e.n, e.value,
+                   coalesce(office._home(office._partition(w.workspace_id)), 0) AS part
+              FROM pg_catalog.jsonb_array_elements(requests) WITH ORDINALITY AS e(value, n)
+              LEFT JOIN office._workspaces_of('agent', v_agents) AS w
+                ON pg_catalog.jsonb_typeof(e.value -> agent_key) = 'string'
+               AND w.entity_id = e.value ->> agent_key) AS g
+     GROUP BY g.part
+     ORDER BY pg_catalog.min(g.n);
+END
+$$;
+COMMENT ON FUNCTION office._split_requests(jsonb, text) IS
+    'Internal: the elements of a bulk call grouped by the shard (lowest partition) of their agent''s workspace, partition 0 for an agent no shard knows, with their ordinalities; groups in the order of their first element.';
 
 -- Generated by controlplane/proxy.py from a shard's catalog: do not edit.
 
@@ -387,14 +506,26 @@ CREATE TYPE office.wakeup_result AS (
     wakeup_request_id text
 );
 
+CREATE FUNCTION office._ev_ack_events(_part integer, _parts integer, _home integer, _a1 bigint[]) RETURNS integer
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT office.ack_events(CASE WHEN $4 IS NOT NULL THEN ARRAY(
+        SELECT e.id FROM office.events e LEFT JOIN office.tasks t ON t.id = e.task_id
+         WHERE e.id = ANY ($4) AND coalesce(pg_catalog.hashtext(t.workspace_id) & ($2 - 1), $3) = $1) END) AS ack_events;
+$$;
+COMMENT ON FUNCTION office._ev_ack_events(integer, integer, integer, bigint[]) IS
+    'Internal: office.ack_events on the shard of partition _part (ev).';
+REVOKE EXECUTE ON FUNCTION office._ev_ack_events(integer, integer, integer, bigint[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._ev_ack_events(integer, integer, integer, bigint[]) TO office_admin, office_worker;
 CREATE FUNCTION office.ack_events(ids bigint[]) RETURNS integer
-    LANGUAGE plpgsql VOLATILE
+    LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
 AS $fn$
-BEGIN
-    RAISE EXCEPTION USING ERRCODE = '0A000',
-        MESSAGE = 'office_proxy: office.ack_events is not served through the proxy yet; call it on the shards (docs/scale-out.md)';
-END
+    SELECT coalesce(pg_catalog.sum(office._ev_ack_events(g.part, office._partitions(), office._home(g.part), g.local_ids)), 0)::integer
+      FROM office._event_groups($1) g
 $fn$;
 COMMENT ON FUNCTION office.ack_events(ids bigint[]) IS
     'Marks the events processed; returns how many were acknowledged now (unknown or already processed ids do not count).';
@@ -648,13 +779,45 @@ COMMENT ON FUNCTION office.child_set_key(parent_task_id text) IS
 REVOKE EXECUTE ON FUNCTION office.child_set_key(parent_task_id text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.child_set_key(parent_task_id text) TO office_admin, office_reader;
 
+CREATE FUNCTION office._ev_claim_events(_part integer, _parts integer, _home integer, _a1 text, _a2 integer, _a3 interval) RETURNS SETOF office.events
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT e.id * $2 + coalesce(pg_catalog.hashtext(t.workspace_id) & ($2 - 1), $3) AS id, e.topic, e.task_id, e.payload, e.created_at, e.processed_at, e.claimed_by, e.claimed_at, e.visible_at, e.deliveries
+      FROM office.claim_events($4, $5, $6) e
+      LEFT JOIN office.tasks t ON t.id = e.task_id;
+$$;
+COMMENT ON FUNCTION office._ev_claim_events(integer, integer, integer, text, integer, interval) IS
+    'Internal: office.claim_events on the shard of partition _part (ev).';
+REVOKE EXECUTE ON FUNCTION office._ev_claim_events(integer, integer, integer, text, integer, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._ev_claim_events(integer, integer, integer, text, integer, interval) TO office_admin, office_worker;
 CREATE FUNCTION office.claim_events(consumer text, max_rows integer DEFAULT 100, visibility interval DEFAULT '00:00:30'::interval) RETURNS SETOF office.events
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    s record;
+    v_left integer := $2;
+    v_n integer;
 BEGIN
-    RAISE EXCEPTION USING ERRCODE = '0A000',
-        MESSAGE = 'office_proxy: office.claim_events is not served through the proxy yet; call it on the shards (docs/scale-out.md)';
+    IF v_left IS NULL OR v_left < 1 THEN  -- the shard's own answer (22023, or none)
+        RETURN QUERY SELECT * FROM office._ev_claim_events(0, office._partitions(), 0, $1, $2, $3);
+        RETURN;
+    END IF;
+    FOR s IN SELECT * FROM office._shards() ORDER BY pg_catalog.random() LOOP
+        EXIT WHEN v_left = 0;
+        BEGIN
+            RETURN QUERY SELECT * FROM office._ev_claim_events(s.part, office._partitions(), s.part, $1, v_left, $3);
+            GET DIAGNOSTICS v_n = ROW_COUNT;
+            v_left := v_left - v_n;
+        EXCEPTION WHEN OTHERS THEN
+            IF NOT office._unreachable(SQLSTATE, SQLERRM) THEN RAISE; END IF;
+            RAISE WARNING 'office_proxy: shard % skipped: %',
+                office._shard_name(s.shard), SQLERRM;
+        END;
+    END LOOP;
 END
 $fn$;
 COMMENT ON FUNCTION office.claim_events(consumer text, max_rows integer, visibility interval) IS
@@ -708,12 +871,12 @@ BEGIN
         RETURN QUERY SELECT * FROM office._on_claim_run(office._route('agent', $2), $1, $2);
         RETURN;
     END IF;
-    FOR s IN SELECT * FROM office._shards() LOOP
+    FOR s IN SELECT * FROM office._shards() ORDER BY pg_catalog.random() LOOP
         BEGIN
             RETURN QUERY SELECT * FROM office._on_claim_run(s.part, $1, $2);
             IF FOUND THEN RETURN; END IF;
         EXCEPTION WHEN OTHERS THEN
-            IF SQLSTATE NOT LIKE '08%' THEN RAISE; END IF;
+            IF NOT office._unreachable(SQLSTATE, SQLERRM) THEN RAISE; END IF;
             RAISE WARNING 'office_proxy: shard % skipped: %',
                 office._shard_name(s.shard), SQLERRM;
         END;
@@ -818,14 +981,33 @@ COMMENT ON FUNCTION office.create_task(workspace_id text, id text, title text, p
 REVOKE EXECUTE ON FUNCTION office.create_task(workspace_id text, id text, title text, parent_id text, workflow_step_id text, assignee_agent_profile_id text, state text, is_office boolean, is_ephemeral boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.create_task(workspace_id text, id text, title text, parent_id text, workflow_step_id text, assignee_agent_profile_id text, state text, is_office boolean, is_ephemeral boolean) TO office_admin, office_producer;
 
+CREATE FUNCTION office._all_daemon_stats(_part integer) RETURNS TABLE(pending_events bigint, oldest_pending_event_at timestamp with time zone, outbox_lag_seconds double precision, queued_wakeups bigint, due_triggers bigint, claimed_runs bigint, oldest_claimed_at timestamp with time zone, oldest_claim_age_seconds double precision, poison_rows bigint, poison_by_loop jsonb)
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON ALL;
+    SELECT * FROM office.daemon_stats();
+$$;
+COMMENT ON FUNCTION office._all_daemon_stats(integer) IS
+    'Internal: office.daemon_stats on the shard of partition _part (all).';
+REVOKE EXECUTE ON FUNCTION office._all_daemon_stats(integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._all_daemon_stats(integer) TO office_admin, office_reader, office_worker;
 CREATE FUNCTION office.daemon_stats() RETURNS TABLE(pending_events bigint, oldest_pending_event_at timestamp with time zone, outbox_lag_seconds double precision, queued_wakeups bigint, due_triggers bigint, claimed_runs bigint, oldest_claimed_at timestamp with time zone, oldest_claim_age_seconds double precision, poison_rows bigint, poison_by_loop jsonb)
-    LANGUAGE plpgsql VOLATILE
+    LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
 AS $fn$
-BEGIN
-    RAISE EXCEPTION USING ERRCODE = '0A000',
-        MESSAGE = 'office_proxy: office.daemon_stats is not served through the proxy yet; call it on the shards (docs/scale-out.md)';
-END
+    SELECT CASE WHEN pg_catalog.count(*) = pg_catalog.count(pending_events) THEN pg_catalog.sum(pending_events)::bigint END AS pending_events,
+           pg_catalog.min(oldest_pending_event_at) AS oldest_pending_event_at,
+           pg_catalog.max(outbox_lag_seconds) AS outbox_lag_seconds,
+           CASE WHEN pg_catalog.count(*) = pg_catalog.count(queued_wakeups) THEN pg_catalog.sum(queued_wakeups)::bigint END AS queued_wakeups,
+           CASE WHEN pg_catalog.count(*) = pg_catalog.count(due_triggers) THEN pg_catalog.sum(due_triggers)::bigint END AS due_triggers,
+           CASE WHEN pg_catalog.count(*) = pg_catalog.count(claimed_runs) THEN pg_catalog.sum(claimed_runs)::bigint END AS claimed_runs,
+           pg_catalog.min(oldest_claimed_at) AS oldest_claimed_at,
+           pg_catalog.max(oldest_claim_age_seconds) AS oldest_claim_age_seconds,
+           CASE WHEN pg_catalog.count(*) = pg_catalog.count(poison_rows) THEN pg_catalog.sum(poison_rows)::bigint END AS poison_rows,
+           office._jsonb_sum(poison_by_loop) AS poison_by_loop
+      FROM office._all_daemon_stats(0) WITH ORDINALITY AS r(pending_events, oldest_pending_event_at, outbox_lag_seconds, queued_wakeups, due_triggers, claimed_runs, oldest_claimed_at, oldest_claim_age_seconds, poison_rows, poison_by_loop, _n)
 $fn$;
 COMMENT ON FUNCTION office.daemon_stats() IS
     'Gauges of the control plane: unacknowledged events, when the oldest was written and its age in seconds (the outbox lag, 0 when none), queued wakeup requests, cron triggers due now, claimed runs, the oldest claim and its age in seconds (0 when none), and the rows set aside (office.poison): in all and by loop. Set-aside events, wakeups and triggers are not counted as pending, queued or due.';
@@ -853,18 +1035,18 @@ DECLARE
     v_left integer := $1;
     v_n integer;
 BEGIN
-    IF v_left IS NULL OR v_left < 0 THEN  -- the shard's own 22023
+    IF v_left IS NULL OR v_left < 1 THEN  -- the shard's own answer (22023, or none)
         RETURN QUERY SELECT * FROM office._on_dispatch_queued_wakeups(0, $1, $2);
         RETURN;
     END IF;
-    FOR s IN SELECT * FROM office._shards() LOOP
+    FOR s IN SELECT * FROM office._shards() ORDER BY pg_catalog.random() LOOP
         EXIT WHEN v_left = 0;
         BEGIN
             RETURN QUERY SELECT * FROM office._on_dispatch_queued_wakeups(s.part, v_left, $2);
             GET DIAGNOSTICS v_n = ROW_COUNT;
             v_left := v_left - v_n;
         EXCEPTION WHEN OTHERS THEN
-            IF SQLSTATE NOT LIKE '08%' THEN RAISE; END IF;
+            IF NOT office._unreachable(SQLSTATE, SQLERRM) THEN RAISE; END IF;
             RAISE WARNING 'office_proxy: shard % skipped: %',
                 office._shard_name(s.shard), SQLERRM;
         END;
@@ -938,7 +1120,7 @@ CREATE FUNCTION office.due_routine_triggers(at timestamp with time zone DEFAULT 
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
 AS $fn$
-    SELECT * FROM office._all_due_routine_triggers(0, $1, $2) ORDER BY next_run_at NULLS FIRST, trigger_id COLLATE "C" LIMIT CASE WHEN $2 >= 0 THEN $2 END
+    SELECT * FROM office._all_due_routine_triggers(0, $1, $2) ORDER BY next_run_at NULLS FIRST, trigger_id COLLATE "C" LIMIT CASE WHEN $2 > 0 THEN $2 END
 $fn$;
 COMMENT ON FUNCTION office.due_routine_triggers(at timestamp with time zone, max_rows integer) IS
     'The cron loop''s scan: enabled cron triggers of active routines that are not armed yet (next_run_at NULL) or due at the given time, and not set aside (office.poison), with their routine''s catch-up policy; unarmed first, then oldest due, at most max_rows. NULL at or one outside 1970-01-01 .. 9999-12-31, max_rows below 1: 22023.';
@@ -968,13 +1150,52 @@ COMMENT ON FUNCTION office.enqueue_run(agent_profile_id text, reason text, paylo
 REVOKE EXECUTE ON FUNCTION office.enqueue_run(agent_profile_id text, reason text, payload jsonb, idempotency_key text, task_id text, entry_triggered boolean, keyless_cause text, keyless_detail text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.enqueue_run(agent_profile_id text, reason text, payload jsonb, idempotency_key text, task_id text, entry_triggered boolean, keyless_cause text, keyless_detail text) TO office_admin, office_producer;
 
+CREATE FUNCTION office._on_enqueue_runs(_part integer, _a1 jsonb) RETURNS TABLE(ordinality integer, outcome text, dedup_kind text, run_id text)
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT * FROM office.enqueue_runs($2);
+$$;
+COMMENT ON FUNCTION office._on_enqueue_runs(integer, jsonb) IS
+    'Internal: office.enqueue_runs on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_enqueue_runs(integer, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_enqueue_runs(integer, jsonb) TO office_admin, office_producer;
 CREATE FUNCTION office.enqueue_runs(requests jsonb) RETURNS TABLE(ordinality integer, outcome text, dedup_kind text, run_id text)
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    g record;
+    v_out jsonb := '[]';
+    v_state text;
+    v_msg text;
+    v_detail text;
+    v_n integer;
 BEGIN
-    RAISE EXCEPTION USING ERRCODE = '0A000',
-        MESSAGE = 'office_proxy: office.enqueue_runs is not served through the proxy yet; call it on the shards (docs/scale-out.md)';
+    FOR g IN SELECT * FROM office._split_requests($1, 'agent_profile_id') LOOP
+        BEGIN
+            v_out := v_out || coalesce((
+                SELECT pg_catalog.jsonb_agg(pg_catalog.to_jsonb(r)
+                       || pg_catalog.jsonb_build_object('ordinality', g.ordinalities[r.ordinality]))
+                  FROM office._on_enqueue_runs(g.part, g.elements) r), '[]');
+        EXCEPTION WHEN OTHERS THEN
+            GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_msg = MESSAGE_TEXT,
+                                    v_detail = PG_EXCEPTION_DETAIL;
+            v_n := pg_catalog.substring(v_msg, 'enqueue_runs element ([0-9]+):')::integer;
+            IF v_n IS NOT NULL AND g.ordinalities IS NOT NULL THEN
+                v_msg := pg_catalog.regexp_replace(v_msg, 'enqueue_runs element [0-9]+:',
+                                                   'enqueue_runs element ' || g.ordinalities[v_n] || ':');
+            END IF;
+            IF v_detail = '' THEN
+                RAISE EXCEPTION USING ERRCODE = v_state, MESSAGE = v_msg;
+            END IF;
+            RAISE EXCEPTION USING ERRCODE = v_state, MESSAGE = v_msg, DETAIL = v_detail;
+        END;
+    END LOOP;
+    RETURN QUERY SELECT x.* FROM pg_catalog.jsonb_to_recordset(v_out) AS x(ordinality integer, outcome text, dedup_kind text, run_id text)
+                  ORDER BY x.ordinality;
 END
 $fn$;
 COMMENT ON FUNCTION office.enqueue_runs(requests jsonb) IS
@@ -1228,21 +1449,35 @@ CREATE FUNCTION office.list_agents(after_id text DEFAULT NULL::text, page_size i
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
 AS $fn$
-    SELECT * FROM office._all_list_agents(0, $1, $2) ORDER BY id LIMIT CASE WHEN $2 >= 0 THEN $2 END
+    SELECT * FROM office._all_list_agents(0, $1, $2) ORDER BY id LIMIT CASE WHEN $2 > 0 THEN $2 END
 $fn$;
 COMMENT ON FUNCTION office.list_agents(after_id text, page_size integer) IS
     'One page of agents by id after after_id, at most page_size (1..500): the profile, queued (runs queued, counted up to 10,001), oldest_queued_at, and the claimed run if any (id, claimed_by, claimed_at, heartbeat_at). Bad text or page_size 22023.';
 REVOKE EXECUTE ON FUNCTION office.list_agents(after_id text, page_size integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.list_agents(after_id text, page_size integer) TO office_admin, office_reader;
 
+CREATE FUNCTION office._ev_list_events(_part integer, _parts integer, _home integer, _a1 bigint, _a2 integer) RETURNS SETOF office.events
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT e.id * $2 + coalesce(pg_catalog.hashtext(t.workspace_id) & ($2 - 1), $3) AS id, e.topic, e.task_id, e.payload, e.created_at, e.processed_at, e.claimed_by, e.claimed_at, e.visible_at, e.deliveries
+      FROM (SELECT * FROM office.list_events($4 + 1, 1) x WHERE x.id = $4
+             UNION ALL SELECT * FROM office.list_events($4, $5)) e
+      LEFT JOIN office.tasks t ON t.id = e.task_id;
+$$;
+COMMENT ON FUNCTION office._ev_list_events(integer, integer, integer, bigint, integer) IS
+    'Internal: office.list_events on the shard of partition _part (ev).';
+REVOKE EXECUTE ON FUNCTION office._ev_list_events(integer, integer, integer, bigint, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._ev_list_events(integer, integer, integer, bigint, integer) TO office_admin, office_reader;
 CREATE FUNCTION office.list_events(before_id bigint DEFAULT NULL::bigint, page_size integer DEFAULT 50) RETURNS SETOF office.events
-    LANGUAGE plpgsql VOLATILE
+    LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
 AS $fn$
-BEGIN
-    RAISE EXCEPTION USING ERRCODE = '0A000',
-        MESSAGE = 'office_proxy: office.list_events is not served through the proxy yet; call it on the shards (docs/scale-out.md)';
-END
+    SELECT e.* FROM office._shards() s CROSS JOIN LATERAL office._ev_list_events(s.part, office._partitions(), s.part, $1 / office._partitions(), $2) e
+     WHERE $1 IS NULL OR e.id < $1
+     ORDER BY e.id DESC LIMIT CASE WHEN $2 > 0 THEN $2 END
 $fn$;
 COMMENT ON FUNCTION office.list_events(before_id bigint, page_size integer) IS
     'One page of the outbox, newest first, before before_id, at most page_size (1..500). Bad page_size 22023.';
@@ -1311,7 +1546,7 @@ CREATE FUNCTION office.list_routines(before_id text DEFAULT NULL::text, page_siz
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
 AS $fn$
-    SELECT * FROM office._all_list_routines(0, $1, $2) ORDER BY id DESC LIMIT CASE WHEN $2 >= 0 THEN $2 END
+    SELECT * FROM office._all_list_routines(0, $1, $2) ORDER BY id DESC LIMIT CASE WHEN $2 > 0 THEN $2 END
 $fn$;
 COMMENT ON FUNCTION office.list_routines(before_id text, page_size integer) IS
     'One page of routines by id descending, before before_id, at most page_size (1..500). Bad text or page_size 22023.';
@@ -1334,7 +1569,7 @@ CREATE FUNCTION office.list_runs(status text DEFAULT NULL::text, agent_profile_i
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
 AS $fn$
-    SELECT * FROM office._all_list_runs(0, $1, $2, $3, $4, $5, $6, $7, $8) ORDER BY id DESC LIMIT CASE WHEN $8 >= 0 THEN $8 END
+    SELECT * FROM office._all_list_runs(0, $1, $2, $3, $4, $5, $6, $7, $8) ORDER BY id DESC LIMIT CASE WHEN $8 > 0 THEN $8 END
 $fn$;
 COMMENT ON FUNCTION office.list_runs(status text, agent_profile_id text, reason text, task_id text, key_prefix text, before_id text, not_before_id text, page_size integer) IS
     'One page of runs, newest first: those with id in [not_before_id, before_id) matching every filter given (status, agent, reason, task, idempotency key prefix; NULL or empty: any), at most page_size (1..500) and at most 10,000 scanned (run_window_end). Unknown status, bad text or page_size 22023.';
@@ -1357,7 +1592,7 @@ CREATE FUNCTION office.list_stuck_parents(max_rows integer DEFAULT 5, reason tex
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
 AS $fn$
-    SELECT * FROM office._all_list_stuck_parents(0, $1, $2) ORDER BY parent_task_id COLLATE "C" LIMIT CASE WHEN $1 >= 0 THEN $1 END
+    SELECT * FROM office._all_list_stuck_parents(0, $1, $2) ORDER BY parent_task_id COLLATE "C" LIMIT CASE WHEN $1 > 0 THEN $1 END
 $fn$;
 COMMENT ON FUNCTION office.list_stuck_parents(max_rows integer, reason text) IS
     'Parents whose finished child wave was not delivered (every candidate condition of DOMAIN.md §2.20, applied before the LIMIT), ordered by parent id (bytewise): parent, assignee, step, child_set_key, newest_child_updated_at. Read from the parents marked since they were last found delivered, leaving out those the sweep set aside (office.poison); another reason than task_children_completed reads every open parent. Negative max_rows or empty reason 22023.';
@@ -1426,7 +1661,7 @@ CREATE FUNCTION office.list_tasks(before_id text DEFAULT NULL::text, page_size i
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
 AS $fn$
-    SELECT * FROM office._all_list_tasks(0, $1, $2) ORDER BY id DESC LIMIT CASE WHEN $2 >= 0 THEN $2 END
+    SELECT * FROM office._all_list_tasks(0, $1, $2) ORDER BY id DESC LIMIT CASE WHEN $2 > 0 THEN $2 END
 $fn$;
 COMMENT ON FUNCTION office.list_tasks(before_id text, page_size integer) IS
     'One page of tasks by id descending, before before_id, at most page_size (1..500). Bad text or page_size 22023.';
@@ -1449,7 +1684,7 @@ CREATE FUNCTION office.list_wakeups(before_id text DEFAULT NULL::text, page_size
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
 AS $fn$
-    SELECT * FROM office._all_list_wakeups(0, $1, $2) ORDER BY id DESC LIMIT CASE WHEN $2 >= 0 THEN $2 END
+    SELECT * FROM office._all_list_wakeups(0, $1, $2) ORDER BY id DESC LIMIT CASE WHEN $2 > 0 THEN $2 END
 $fn$;
 COMMENT ON FUNCTION office.list_wakeups(before_id text, page_size integer) IS
     'One page of wake-up requests, newest first (ids are time-ordered), before before_id, at most page_size (1..500). Bad text or page_size 22023.';
@@ -1594,13 +1829,50 @@ COMMENT ON FUNCTION office.recover_stale_runs(older_than interval) IS
 REVOKE EXECUTE ON FUNCTION office.recover_stale_runs(older_than interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.recover_stale_runs(older_than interval) TO office_admin;
 
+CREATE FUNCTION office._ev_release_poison(_part integer, _parts integer, _home integer, _a1 text, _a2 text) RETURNS boolean
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT CASE WHEN EXISTS (
+        SELECT FROM office.events e LEFT JOIN office.tasks t ON t.id = e.task_id
+         WHERE e.id = $5::bigint AND coalesce(pg_catalog.hashtext(t.workspace_id) & ($2 - 1), $3) <> $1)
+    THEN false ELSE office.release_poison($4, $5) END AS release_poison;
+$$;
+COMMENT ON FUNCTION office._ev_release_poison(integer, integer, integer, text, text) IS
+    'Internal: office.release_poison on the shard of partition _part (ev).';
+REVOKE EXECUTE ON FUNCTION office._ev_release_poison(integer, integer, integer, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._ev_release_poison(integer, integer, integer, text, text) TO office_admin;
+CREATE FUNCTION office._on_release_poison(_part integer, _a1 text, _a2 text) RETURNS boolean
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT office.release_poison($2, $3) AS release_poison;
+$$;
+COMMENT ON FUNCTION office._on_release_poison(integer, text, text) IS
+    'Internal: office.release_poison on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_release_poison(integer, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_release_poison(integer, text, text) TO office_admin;
 CREATE FUNCTION office.release_poison(loop text, row_id text) RETURNS boolean
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    v_id bigint;
+    v_part integer;
+    v_kind text;
 BEGIN
-    RAISE EXCEPTION USING ERRCODE = '0A000',
-        MESSAGE = 'office_proxy: office.release_poison is not served through the proxy yet; call it on the shards (docs/scale-out.md)';
+    IF $1 = 'subscriber' AND $2 ~ '^[1-9][0-9]{0,17}$' THEN
+        v_id := $2::bigint;
+        v_part := (v_id & (office._partitions() - 1))::integer;
+        RETURN office._ev_release_poison(v_part, office._partitions(), office._home(v_part), $1, (v_id / office._partitions())::text);
+    END IF;
+    v_kind := CASE $1 WHEN 'wakeups' THEN 'wakeup' WHEN 'cron' THEN 'trigger' WHEN 'sweep' THEN 'task' WHEN 'recovery' THEN 'run' END;
+    v_part := CASE WHEN v_kind IS NOT NULL THEN office._route(v_kind, $2) ELSE 0 END;
+    RETURN office._on_release_poison(v_part, $1, $2);
 END
 $fn$;
 COMMENT ON FUNCTION office.release_poison(loop text, row_id text) IS
@@ -1757,14 +2029,30 @@ COMMENT ON FUNCTION office.run_keys(run_id text) IS
 REVOKE EXECUTE ON FUNCTION office.run_keys(run_id text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.run_keys(run_id text) TO office_admin, office_producer, office_reader, office_worker;
 
+CREATE FUNCTION office._all_run_status_counts(_part integer) RETURNS TABLE(status text, agents bigint, runs bigint, oldest_requested_at timestamp with time zone, exact boolean)
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON ALL;
+    SELECT * FROM office.run_status_counts();
+$$;
+COMMENT ON FUNCTION office._all_run_status_counts(integer) IS
+    'Internal: office.run_status_counts on the shard of partition _part (all).';
+REVOKE EXECUTE ON FUNCTION office._all_run_status_counts(integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._all_run_status_counts(integer) TO office_admin, office_reader;
 CREATE FUNCTION office.run_status_counts() RETURNS TABLE(status text, agents bigint, runs bigint, oldest_requested_at timestamp with time zone, exact boolean)
-    LANGUAGE plpgsql VOLATILE
+    LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
 AS $fn$
-BEGIN
-    RAISE EXCEPTION USING ERRCODE = '0A000',
-        MESSAGE = 'office_proxy: office.run_status_counts is not served through the proxy yet; call it on the shards (docs/scale-out.md)';
-END
+    SELECT status,
+           CASE WHEN pg_catalog.count(*) = pg_catalog.count(agents) THEN pg_catalog.sum(agents)::bigint END AS agents,
+           CASE WHEN pg_catalog.count(*) = pg_catalog.count(runs) THEN pg_catalog.sum(runs)::bigint END AS runs,
+           pg_catalog.min(oldest_requested_at) AS oldest_requested_at,
+           pg_catalog.bool_and(exact) AS exact
+      FROM office._all_run_status_counts(0) WITH ORDINALITY AS r(status, agents, runs, oldest_requested_at, exact, _n)
+     GROUP BY status
+     ORDER BY pg_catalog.min(_n)
 $fn$;
 COMMENT ON FUNCTION office.run_status_counts() IS
     'Runs per status without reading the whole run table: queued and claimed exactly (agents, runs, oldest requested_at); finished, failed and cancelled exactly while the table holds under 10,000 runs (planner estimate), else the last ANALYZE''s estimate (agents and oldest NULL, exact false).';
@@ -1861,13 +2149,50 @@ COMMENT ON FUNCTION office.set_agent_status(id text, status text) IS
 REVOKE EXECUTE ON FUNCTION office.set_agent_status(id text, status text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.set_agent_status(id text, status text) TO office_admin, office_producer;
 
+CREATE FUNCTION office._ev_set_aside(_part integer, _parts integer, _home integer, _a1 text, _a2 text, _a3 text, _a4 text) RETURNS boolean
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT CASE WHEN EXISTS (
+        SELECT FROM office.events e LEFT JOIN office.tasks t ON t.id = e.task_id
+         WHERE e.id = $5::bigint AND coalesce(pg_catalog.hashtext(t.workspace_id) & ($2 - 1), $3) <> $1)
+    THEN false ELSE office.set_aside($4, $5, $6, $7) END AS set_aside;
+$$;
+COMMENT ON FUNCTION office._ev_set_aside(integer, integer, integer, text, text, text, text) IS
+    'Internal: office.set_aside on the shard of partition _part (ev).';
+REVOKE EXECUTE ON FUNCTION office._ev_set_aside(integer, integer, integer, text, text, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._ev_set_aside(integer, integer, integer, text, text, text, text) TO office_admin, office_worker;
+CREATE FUNCTION office._on_set_aside(_part integer, _a1 text, _a2 text, _a3 text, _a4 text) RETURNS boolean
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT office.set_aside($2, $3, $4, $5) AS set_aside;
+$$;
+COMMENT ON FUNCTION office._on_set_aside(integer, text, text, text, text) IS
+    'Internal: office.set_aside on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_set_aside(integer, text, text, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_set_aside(integer, text, text, text, text) TO office_admin, office_worker;
 CREATE FUNCTION office.set_aside(loop text, row_id text, reason text, sqlstate text DEFAULT NULL::text) RETURNS boolean
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    v_id bigint;
+    v_part integer;
+    v_kind text;
 BEGIN
-    RAISE EXCEPTION USING ERRCODE = '0A000',
-        MESSAGE = 'office_proxy: office.set_aside is not served through the proxy yet; call it on the shards (docs/scale-out.md)';
+    IF $1 = 'subscriber' AND $2 ~ '^[1-9][0-9]{0,17}$' THEN
+        v_id := $2::bigint;
+        v_part := (v_id & (office._partitions() - 1))::integer;
+        RETURN office._ev_set_aside(v_part, office._partitions(), office._home(v_part), $1, (v_id / office._partitions())::text, $3, $4);
+    END IF;
+    v_kind := CASE $1 WHEN 'wakeups' THEN 'wakeup' WHEN 'cron' THEN 'trigger' WHEN 'sweep' THEN 'task' WHEN 'recovery' THEN 'run' END;
+    v_part := CASE WHEN v_kind IS NOT NULL THEN office._route(v_kind, $2) ELSE 0 END;
+    RETURN office._on_set_aside(v_part, $1, $2, $3, $4);
 END
 $fn$;
 COMMENT ON FUNCTION office.set_aside(loop text, row_id text, reason text, sqlstate text) IS
@@ -1896,18 +2221,18 @@ DECLARE
     v_left integer := $1;
     v_n integer;
 BEGIN
-    IF v_left IS NULL OR v_left < 0 THEN  -- the shard's own 22023
+    IF v_left IS NULL OR v_left < 1 THEN  -- the shard's own answer (22023, or none)
         RETURN QUERY SELECT * FROM office._on_sweep_stuck_parents(0, $1);
         RETURN;
     END IF;
-    FOR s IN SELECT * FROM office._shards() LOOP
+    FOR s IN SELECT * FROM office._shards() ORDER BY pg_catalog.random() LOOP
         EXIT WHEN v_left = 0;
         BEGIN
             RETURN QUERY SELECT * FROM office._on_sweep_stuck_parents(s.part, v_left);
             GET DIAGNOSTICS v_n = ROW_COUNT;
             v_left := v_left - v_n;
         EXCEPTION WHEN OTHERS THEN
-            IF SQLSTATE NOT LIKE '08%' THEN RAISE; END IF;
+            IF NOT office._unreachable(SQLSTATE, SQLERRM) THEN RAISE; END IF;
             RAISE WARNING 'office_proxy: shard % skipped: %',
                 office._shard_name(s.shard), SQLERRM;
         END;
@@ -1942,18 +2267,21 @@ COMMENT ON FUNCTION office.sync_routine_run_status(task_id text, terminal text) 
 REVOKE EXECUTE ON FUNCTION office.sync_routine_run_status(task_id text, terminal text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.sync_routine_run_status(task_id text, terminal text) TO office_admin, office_producer, office_worker;
 
-CREATE FUNCTION office._on_take_poison_reports(_part integer, _a1 text, _a2 integer) RETURNS TABLE(row_id text, reason text, sqlstate text)
+CREATE FUNCTION office._ev_take_poison_reports(_part integer, _parts integer, _home integer, _a1 text, _a2 integer) RETURNS TABLE(row_id text, reason text, sqlstate text)
     LANGUAGE plproxy
     SET search_path = pg_catalog, pg_temp
 AS $$
     CLUSTER 'office_cluster';
     RUN ON _part;
-    SELECT * FROM office.take_poison_reports($2, $3);
+    SELECT CASE WHEN $4 = 'subscriber' AND p.row_id ~ '^[1-9][0-9]{0,17}$' THEN (p.row_id::bigint * $2 + coalesce(pg_catalog.hashtext(t.workspace_id) & ($2 - 1), $3))::text ELSE p.row_id END AS row_id, p.reason, p.sqlstate
+      FROM office.take_poison_reports($4, $5) p
+      LEFT JOIN office.events e ON e.id = CASE WHEN $4 = 'subscriber' AND p.row_id ~ '^[1-9][0-9]{0,17}$' THEN p.row_id::bigint END
+      LEFT JOIN office.tasks t ON t.id = e.task_id;
 $$;
-COMMENT ON FUNCTION office._on_take_poison_reports(integer, text, integer) IS
-    'Internal: office.take_poison_reports on the shard of partition _part (on).';
-REVOKE EXECUTE ON FUNCTION office._on_take_poison_reports(integer, text, integer) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION office._on_take_poison_reports(integer, text, integer) TO office_admin, office_worker;
+COMMENT ON FUNCTION office._ev_take_poison_reports(integer, integer, integer, text, integer) IS
+    'Internal: office.take_poison_reports on the shard of partition _part (ev).';
+REVOKE EXECUTE ON FUNCTION office._ev_take_poison_reports(integer, integer, integer, text, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._ev_take_poison_reports(integer, integer, integer, text, integer) TO office_admin, office_worker;
 CREATE FUNCTION office.take_poison_reports(loop text, max_rows integer DEFAULT 100) RETURNS TABLE(row_id text, reason text, sqlstate text)
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -1963,18 +2291,18 @@ DECLARE
     v_left integer := $2;
     v_n integer;
 BEGIN
-    IF v_left IS NULL OR v_left < 0 THEN  -- the shard's own 22023
-        RETURN QUERY SELECT * FROM office._on_take_poison_reports(0, $1, $2);
+    IF v_left IS NULL OR v_left < 1 THEN  -- the shard's own answer (22023, or none)
+        RETURN QUERY SELECT * FROM office._ev_take_poison_reports(0, office._partitions(), 0, $1, $2);
         RETURN;
     END IF;
-    FOR s IN SELECT * FROM office._shards() LOOP
+    FOR s IN SELECT * FROM office._shards() ORDER BY pg_catalog.random() LOOP
         EXIT WHEN v_left = 0;
         BEGIN
-            RETURN QUERY SELECT * FROM office._on_take_poison_reports(s.part, $1, v_left);
+            RETURN QUERY SELECT * FROM office._ev_take_poison_reports(s.part, office._partitions(), s.part, $1, v_left);
             GET DIAGNOSTICS v_n = ROW_COUNT;
             v_left := v_left - v_n;
         EXCEPTION WHEN OTHERS THEN
-            IF SQLSTATE NOT LIKE '08%' THEN RAISE; END IF;
+            IF NOT office._unreachable(SQLSTATE, SQLERRM) THEN RAISE; END IF;
             RAISE WARNING 'office_proxy: shard % skipped: %',
                 office._shard_name(s.shard), SQLERRM;
         END;
@@ -2077,7 +2405,10 @@ COMMENT ON FUNCTION office._all_dedup_stats(integer) IS
 REVOKE EXECUTE ON FUNCTION office._all_dedup_stats(integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office._all_dedup_stats(integer) TO office_admin, office_reader;
 CREATE VIEW office.dedup_stats AS
-    SELECT queue, reason, kind, pg_catalog.sum(total)::bigint AS total
+    SELECT queue,
+           reason,
+           kind,
+           CASE WHEN pg_catalog.count(*) = pg_catalog.count(total) THEN pg_catalog.sum(total)::bigint END AS total
       FROM office._all_dedup_stats(0)
      GROUP BY queue, reason, kind;
 COMMENT ON VIEW office.dedup_stats IS
@@ -2097,7 +2428,9 @@ COMMENT ON FUNCTION office._all_keyless_stats(integer) IS
 REVOKE EXECUTE ON FUNCTION office._all_keyless_stats(integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office._all_keyless_stats(integer) TO office_admin, office_reader;
 CREATE VIEW office.keyless_stats AS
-    SELECT reason, cause, pg_catalog.sum(total)::bigint AS total
+    SELECT reason,
+           cause,
+           CASE WHEN pg_catalog.count(*) = pg_catalog.count(total) THEN pg_catalog.sum(total)::bigint END AS total
       FROM office._all_keyless_stats(0)
      GROUP BY reason, cause;
 COMMENT ON VIEW office.keyless_stats IS
@@ -2117,10 +2450,37 @@ COMMENT ON FUNCTION office._all_queue_stats(integer) IS
 REVOKE EXECUTE ON FUNCTION office._all_queue_stats(integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office._all_queue_stats(integer) TO office_admin, office_reader;
 CREATE VIEW office.queue_stats AS
-    SELECT status, pg_catalog.sum(agents)::bigint AS agents, pg_catalog.sum(runs)::bigint AS runs, pg_catalog.min(oldest_requested_at) AS oldest_requested_at
+    SELECT status,
+           CASE WHEN pg_catalog.count(*) = pg_catalog.count(agents) THEN pg_catalog.sum(agents)::bigint END AS agents,
+           CASE WHEN pg_catalog.count(*) = pg_catalog.count(runs) THEN pg_catalog.sum(runs)::bigint END AS runs,
+           pg_catalog.min(oldest_requested_at) AS oldest_requested_at
       FROM office._all_queue_stats(0)
      GROUP BY status;
 COMMENT ON VIEW office.queue_stats IS
     'Runs per status (every status, zero included): distinct agents, runs, and the oldest requested_at.';
 REVOKE ALL ON office.queue_stats FROM PUBLIC;
 GRANT SELECT ON office.queue_stats TO office_admin, office_reader;
+
+CREATE FUNCTION office._all_poison(_part integer, _parts integer, _home integer) RETURNS TABLE(loop text, row_id text, reason text, sqlstate text, set_aside_at timestamp with time zone, reported_at timestamp with time zone)
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT p.loop, CASE WHEN p.loop = 'subscriber' AND p.row_id ~ '^[1-9][0-9]{0,17}$' THEN (p.row_id::bigint * $2 + coalesce(pg_catalog.hashtext(t.workspace_id) & ($2 - 1), $3))::text ELSE p.row_id END AS row_id, p.reason, p.sqlstate, p.set_aside_at, p.reported_at
+      FROM office.poison p
+      LEFT JOIN office.events e ON e.id = CASE WHEN p.loop = 'subscriber' AND p.row_id ~ '^[1-9][0-9]{0,17}$' THEN p.row_id::bigint END
+      LEFT JOIN office.tasks t ON t.id = e.task_id;
+$$;
+COMMENT ON FUNCTION office._all_poison(integer, integer, integer) IS
+    'Internal: office.poison of the shard of partition _part'
+    ' (subscriber rows by their event''s id through the proxy).';
+REVOKE EXECUTE ON FUNCTION office._all_poison(integer, integer, integer) FROM PUBLIC;
+CREATE VIEW office.poison AS
+    SELECT p.* FROM office._shards() s
+     CROSS JOIN LATERAL office._all_poison(s.part, office._partitions(), s.part) p;
+COMMENT ON VIEW office.poison IS
+    'Rows a background loop could not process, set aside (dead letters): the loop (subscriber: office.events.id; wakeups: wakeup_requests.id; cron: routine_triggers.id; sweep: the parent task id; recovery: runs.id), the row''s id, the error and its SQLSTATE (NULL: the daemon could not decode the row), when, and when a daemon logged and counted it. Each loop''s scan leaves these rows out until release_poison.';
+REVOKE ALL ON office.poison FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._all_poison(integer, integer, integer) TO office_admin, office_reader;
+GRANT SELECT ON office.poison TO office_admin, office_reader;
