@@ -105,18 +105,7 @@ class Daemon:
             (REGISTRY if self.registry is None else self.registry).register(self._shard_metrics)
         for database in databases:
             self.targets.append(self._target(database, len(names)))
-        if cfg.metrics_port is not None:
-            kwargs: dict[str, Any] = {"addr": cfg.metrics_host}
-            if self.registry is not None:
-                kwargs["registry"] = self.registry
-            self._server, _ = start_http_server(cfg.metrics_port, **kwargs)
-            self.metrics_port = int(self._server.server_port)
-            log.info(
-                "serving metrics on http://%s:%d/metrics",
-                cfg.metrics_host,
-                self.metrics_port,
-                extra={"port": self.metrics_port},
-            )
+        self._serve_metrics()
         for target in self.targets:
             for name in names:
                 loop = _FACTORIES[name](self, target)
@@ -140,6 +129,23 @@ class Daemon:
                 ", ".join(names),
                 extra={"loops": names, "consumer": cfg.consumer},
             )
+
+    def _serve_metrics(self) -> None:
+        """Start the metrics endpoint (once), if the config asks for one."""
+        cfg = self.config
+        if cfg.metrics_port is None or self._server is not None:
+            return
+        kwargs: dict[str, Any] = {"addr": cfg.metrics_host}
+        if self.registry is not None:
+            kwargs["registry"] = self.registry
+        self._server, _ = start_http_server(cfg.metrics_port, **kwargs)
+        self.metrics_port = int(self._server.server_port)
+        log.info(
+            "serving metrics on http://%s:%d/metrics",
+            cfg.metrics_host,
+            self.metrics_port,
+            extra={"port": self.metrics_port},
+        )
 
     def _target(self, database: Database, loops: int) -> Target:
         cfg = self.config
@@ -211,8 +217,11 @@ class Daemon:
             sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)
         }
         try:
+            # Served while the DSN is waited for: a scrape shows the daemon is up.
+            self._serve_metrics()
             if not self.config.databases and not self._resolve():
-                return 0  # stopped before the database answered
+                self.join(0)  # stopped before the database answered
+                return 0
             self.start()
             while not self.stop_event.wait(0.5):
                 pass
