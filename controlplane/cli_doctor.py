@@ -27,21 +27,26 @@ def doctor_command(obj: Context, problems_only: bool, as_json: bool) -> None:
     """Check the installation: schema version against this package, the dedup
     and routine indexes with their predicates, roles and grants (nothing for
     PUBLIC), the window and NOTIFY settings, and the probes clients rely on.
-    Exits 1 if anything is a problem; each finding says what to do."""
-    with connect(obj.database_url()) as conn:
-        findings = doctor.run_checks(conn)
+    On a proxy DSN, every shard of office_cluster, and that all are reachable
+    and on one version. Exits 1 if anything is a problem; each finding says
+    what to do."""
+    findings = doctor.examine(obj.database_url(), connect)
     ok = doctor.healthy(findings)
     shown = [f for f in findings if f.status is not doctor.Status.OK] if problems_only else findings
     if as_json:
         print_json({"ok": ok, "findings": shown})
     else:
         table = Table(title="office doctor", title_justify="left")
+        sharded = any(f.shard for f in findings)
         table.add_column("status")
+        if sharded:
+            table.add_column("shard")
         table.add_column("check")
         table.add_column("finding", overflow="fold")
         table.add_column("what to do", overflow="fold")
         for finding in shown:
-            table.add_row(STYLE[finding.status], finding.check, finding.detail, finding.fix)
+            where = [finding.shard or "(cluster)"] if sharded else []
+            table.add_row(STYLE[finding.status], *where, finding.check, finding.detail, finding.fix)
         stdout.print(table)
         problems = sum(f.status is doctor.Status.PROBLEM for f in findings)
         stdout.print("no problems found" if ok else f"{problems} problem(s) found")

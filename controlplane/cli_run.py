@@ -139,7 +139,8 @@ def run(
 ) -> None:
     """Run the control plane: the event subscriber, wakeup dispatch, routine
     cron, the stuck-parent sweep, stale-claim recovery and pruning, until
-    SIGTERM or SIGINT. Any number may run against one database."""
+    SIGTERM or SIGINT. Any number may run against one database. On a proxy
+    DSN (office_proxy) the loops run on every shard of office_cluster."""
     configure_logging(log_format, "DEBUG" if obj.debug else log_level.upper())
     url = obj.database_url()
     settings: dict[str, Any] = {}

@@ -141,15 +141,15 @@ def scalar(db: psycopg.Connection[Any], sql: str, params: Any = None) -> Any:
 
 
 def make_assignment_backlog(
-    db: psycopg.Connection[Any], prefix: str, tasks: int, agents: int
+    db: psycopg.Connection[Any], prefix: str, tasks: int, agents: int, workspace: str = "ws"
 ) -> None:
-    """``tasks`` Office tasks assigned by a plain UPDATE: one task.assigned
-    event each and no run - the subscriber is the only producer."""
+    """``tasks`` Office tasks of ``workspace`` assigned by a plain UPDATE: one
+    task.assigned event each and no run - the subscriber is the only producer."""
     for i in range(agents):
-        db.execute("SELECT office.upsert_agent(%s, 'ws')", (f"{prefix}-agent-{i}",))
+        db.execute("SELECT office.upsert_agent(%s, %s)", (f"{prefix}-agent-{i}", workspace))
     db.execute(
-        "SELECT office.create_task('ws', id => %s || '-task-' || n) FROM generate_series(1, %s) n",
-        (prefix, tasks),
+        "SELECT office.create_task(%s, id => %s || '-task-' || n) FROM generate_series(1, %s) n",
+        (workspace, prefix, tasks),
     )
     db.execute(
         """UPDATE office.tasks SET assignee_agent_profile_id =

@@ -9,6 +9,8 @@ import socket
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from controlplane.shards import Database
+
 __all__ = [
     "LOOP_NAMES",
     "STALE_AFTER",
@@ -111,6 +113,9 @@ class DaemonConfig:
     shutdown_timeout: float = 30.0
     #: Seconds to wait for a connection from the pool before an iteration fails.
     connect_timeout: float = 5.0
+    #: The databases the loops run on: empty for ``dsn``'s own (``run_forever``
+    #: fills in the shards when ``dsn`` is a proxy, :mod:`controlplane.shards`).
+    databases: tuple[Database, ...] = ()
 
     def __post_init__(self) -> None:
         unknown = set(self.disabled) - set(LOOP_NAMES)

@@ -3,6 +3,10 @@
 The library logs carry their fields as ``extra`` (DOMAIN.md §4: ``queue``,
 ``reason``, ``key``, ...); both formats show them: the text format appends
 ``name=value`` pairs, the JSON format makes them keys of the object.
+
+A thread that works on one shard of a proxy (a daemon loop, a worker's
+listener) says so once with :func:`set_shard`: every record it logs from
+then on, the library's included, carries a ``shard`` field.
 """
 
 from __future__ import annotations
@@ -10,16 +14,43 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-__all__ = ["JsonFormatter", "TextFormatter", "configure_logging", "record_fields"]
+__all__ = [
+    "JsonFormatter",
+    "ShardField",
+    "TextFormatter",
+    "configure_logging",
+    "record_fields",
+    "set_shard",
+]
 
 # The attributes every LogRecord has; anything else was passed as ``extra``.
 _STANDARD = frozenset(
     vars(logging.LogRecord("x", logging.INFO, "x", 0, "x", None, None)).keys()
     | {"message", "asctime", "taskName"}
 )
+
+
+_thread = threading.local()
+
+
+def set_shard(shard: str | None) -> None:
+    """The records this thread logs from now on name ``shard`` (None: none)."""
+    _thread.shard = shard
+
+
+class ShardField(logging.Filter):
+    """Adds the ``shard`` of the logging thread (:func:`set_shard`) to a record
+    that does not name one."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        shard = getattr(_thread, "shard", None)
+        if shard is not None and not hasattr(record, "shard"):
+            record.shard = shard
+        return True
 
 
 def record_fields(record: logging.LogRecord) -> dict[str, Any]:
@@ -88,4 +119,5 @@ def configure_logging(
         raise ValueError(f"unknown log format {log_format!r} (expected text or json)")
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
+    handler.addFilter(ShardField())
     logging.basicConfig(level=level, handlers=[handler], force=True)

@@ -6,7 +6,10 @@ loop whose iteration found a full batch goes again at once; otherwise it
 sleeps its interval. A failing iteration is logged and the loop backs off
 (doubling, with jitter, up to ``max_backoff``); it never ends the process. A
 lost database connection is logged once by :class:`DatabaseHealth` (and its
-return once), whichever loop notices first.
+return once), whichever loop notices first. On a proxy DSN each shard has its
+loops, its health and its metrics (:mod:`controlplane.shards`): a loop
+knows its ``shard``, names it in its thread and its logs, and a shard that
+is away fails only its own loops.
 
 A row a loop cannot process is set aside in ``office.poison`` (by the loop's
 SQL function, or by the loop itself for what it cannot decode) and its scan
@@ -27,6 +30,7 @@ from abc import ABC, abstractmethod
 import psycopg
 
 from controlplane.client import Office
+from controlplane.daemon.logs import set_shard
 from controlplane.daemon.metrics import DaemonMetrics
 
 __all__ = ["DatabaseHealth", "Loop", "is_connection_error"]
@@ -47,10 +51,14 @@ def is_connection_error(exc: BaseException) -> bool:
 class DatabaseHealth:
     """Whether the database answered the last call, shared by every loop:
     logs the loss and the return of the connection once each (and sets
-    ``office_database_up`` when given the daemon's metrics; a worker has none)."""
+    ``office_database_up`` when given the daemon's metrics; a worker has none).
+    ``shard``: the shard of a proxy this is the health of (named in the logs)."""
 
-    def __init__(self, metrics: DaemonMetrics | None) -> None:
+    def __init__(self, metrics: DaemonMetrics | None, shard: str | None = None) -> None:
         self.metrics = metrics
+        self.shard = shard
+        self._where = f"shard {shard}: " if shard else ""
+        self._fields = {"shard": shard} if shard else {}
         self._lock = threading.Lock()
         self._up: bool | None = None
         self._down_since = 0.0
@@ -67,9 +75,10 @@ class DatabaseHealth:
             self.metrics.database_up.set(1)
         if was is False:
             log.warning(
-                "database connection restored after %.1f s",
+                "%sdatabase connection restored after %.1f s",
+                self._where,
                 time.monotonic() - self._down_since,
-                extra={"event": "database_restored"},
+                extra={"event": "database_restored", **self._fields},
             )
 
     def lost(self, loop: str, exc: BaseException, retry_in: float) -> None:
@@ -82,18 +91,20 @@ class DatabaseHealth:
             self.metrics.database_up.set(0)
         if was is not False:
             log.warning(
-                "database connection lost (%s loop): %s; reconnecting with backoff",
+                "%sdatabase connection lost (%s loop): %s; reconnecting with backoff",
+                self._where,
                 loop,
                 _one_line(exc),
-                extra={"event": "database_lost", "loop": loop},
+                extra={"event": "database_lost", "loop": loop, **self._fields},
             )
         else:
             log.info(
-                "database still unavailable (%s loop): %s; next try in %.1f s",
+                "%sdatabase still unavailable (%s loop): %s; next try in %.1f s",
+                self._where,
                 loop,
                 _one_line(exc),
                 retry_in,
-                extra={"event": "database_unavailable", "loop": loop},
+                extra={"event": "database_unavailable", "loop": loop, **self._fields},
             )
 
 
@@ -120,8 +131,13 @@ class Loop(ABC):
         health: DatabaseHealth,
         stop: threading.Event,
         max_backoff: float = 30.0,
+        shard: str | None = None,
     ) -> None:
         self.office = office
+        #: The shard of a proxy this loop works on (None: the DSN's database).
+        self.shard = shard
+        #: The loop's name in logs and thread names: ``cron@shard0`` on a shard.
+        self.label = f"{self.name}@{shard}" if shard else self.name
         self.interval = interval
         self.metrics = metrics
         self.health = health
@@ -139,7 +155,7 @@ class Loop(ABC):
     # --- running ---------------------------------------------------------------
 
     def start(self) -> threading.Thread:
-        thread = threading.Thread(target=self.run, name=f"office-{self.name}", daemon=True)
+        thread = threading.Thread(target=self.run, name=f"office-{self.label}", daemon=True)
         self._thread = thread
         thread.start()
         return thread
@@ -154,8 +170,9 @@ class Loop(ABC):
     def run(self) -> None:
         """The loop: iterate, time it, sleep or back off; returns once
         :attr:`stop` is set (after the iteration in progress)."""
+        set_shard(self.shard)
         streak = 0
-        log.debug("%s loop started (every %.3g s)", self.name, self.interval)
+        log.debug("%s loop started (every %.3g s)", self.label, self.interval)
         while not self.stop.is_set():
             started = time.perf_counter()
             try:
@@ -170,11 +187,11 @@ class Loop(ABC):
                 streak += 1
                 delay = self.backoff(streak)
                 if is_connection_error(exc):
-                    self.health.lost(self.name, exc, delay)
+                    self.health.lost(self.label, exc, delay)
                 else:
                     log.error(
                         "%s loop iteration failed: %s; retrying in %.1f s",
-                        self.name,
+                        self.label,
                         _one_line(exc),
                         delay,
                         exc_info=log.isEnabledFor(logging.DEBUG),
@@ -189,14 +206,14 @@ class Loop(ABC):
             if streak:
                 log.info(
                     "%s loop recovered after %d failed iterations",
-                    self.name,
+                    self.label,
                     streak,
                     extra={"loop": self.name},
                 )
                 streak = 0
             if not more:
                 self.stop.wait(self.interval)
-        log.debug("%s loop stopped", self.name)
+        log.debug("%s loop stopped", self.label)
 
     def report_poison(self) -> int:
         """Log once at ERROR and count each row of this loop set aside since

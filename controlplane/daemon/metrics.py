@@ -39,15 +39,24 @@ Gauges read from the database every ``stats_interval``:
   counters (``office.dedup_stats``): every suppression, whichever client made
   it. Durable dedup is normal (a late redelivery lands there); it is not an
   anomaly to alert on.
+
+On a proxy DSN (the loops run on every shard, :mod:`controlplane.shards`)
+each shard's loops and clients count in a registry of their own, and
+:class:`ShardMetrics` serves all of them with a ``shard`` label added: the
+same names, one series per shard (a gauge of one shard never overwrites
+another's).
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
-__all__ = ["DaemonMetrics", "daemon_metrics_for"]
+__all__ = ["DaemonMetrics", "ShardMetrics", "daemon_metrics_for"]
 
 LOOP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -160,3 +169,35 @@ def daemon_metrics_for(registry: CollectorRegistry | None = None) -> DaemonMetri
             metrics = DaemonMetrics(target)
             _by_registry[id(target)] = metrics
         return metrics
+
+
+class ShardMetrics(Collector):
+    """Every metric of the shards' registries, each sample labelled with its
+    shard, as one collector of the served registry."""
+
+    def __init__(self) -> None:
+        self._registries: dict[str, CollectorRegistry] = {}
+
+    def add(self, shard: str) -> CollectorRegistry:
+        """A new registry for ``shard``'s loops and clients."""
+        registry = CollectorRegistry(auto_describe=True)
+        self._registries[shard] = registry
+        return registry
+
+    def describe(self) -> list[Metric]:
+        # Nothing to check against the served registry's names: the shards'
+        # metrics are served only through this collector.
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        families: dict[str, Metric] = {}
+        for shard, registry in self._registries.items():
+            for family in registry.collect():
+                merged = families.get(family.name)
+                if merged is None:
+                    merged = Metric(family.name, family.documentation, family.type, family.unit)
+                    families[family.name] = merged
+                merged.samples.extend(
+                    s._replace(labels={**s.labels, "shard": shard}) for s in family.samples
+                )
+        yield from families.values()

@@ -8,7 +8,14 @@ what it handled, so no claimed event is left hidden) and the process exits
 0. ``start()``/``stop()``/``join()`` run it inside another program (the
 demo does).
 
-Several daemons may run against one database: events are claimed
+On a proxy DSN (API.md §8) the loops run on every shard of server
+``office_cluster`` (:mod:`controlplane.shards`): one pool, one set of loops,
+one health and one metrics registry per shard, each loop named
+``<loop>@<shard>`` and its logs and series labelled ``shard``. A shard that
+is away fails and backs off its own loops only, and they converge when it
+returns, as on one database.
+
+Several daemons may run against one database (or one proxy): events are claimed
 (``claim_events``, SKIP LOCKED), ticks are compare-and-swapped
 (``claim_routine_tick``), wakeups and stale claims are taken with SKIP
 LOCKED, parent wakes are keyed and receipted - none of them is handled
@@ -23,31 +30,50 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from types import FrameType
 from typing import Any
 
-from prometheus_client import CollectorRegistry, start_http_server
+import psycopg
+from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
 from psycopg_pool import ConnectionPool
 
+from controlplane import shards
 from controlplane.client import Office
 from controlplane.daemon.config import DaemonConfig
 from controlplane.daemon.cron import CronLoop
-from controlplane.daemon.loop import DatabaseHealth, Loop
-from controlplane.daemon.metrics import DaemonMetrics, daemon_metrics_for
+from controlplane.daemon.loop import DatabaseHealth, Loop, _one_line
+from controlplane.daemon.metrics import DaemonMetrics, ShardMetrics, daemon_metrics_for
 from controlplane.daemon.recovery import PruneLoop, RecoveryLoop
 from controlplane.daemon.stats import StatsLoop
 from controlplane.daemon.subscriber_loop import SubscriberLoop
 from controlplane.daemon.sweep import SweepLoop
 from controlplane.daemon.wakeups import WakeupLoop
 from controlplane.observability import metrics_for, parent_wake_metrics_for, routine_run_counter
+from controlplane.shards import Database
 
-__all__ = ["Daemon"]
+__all__ = ["Daemon", "Target"]
 
 log = logging.getLogger("controlplane.daemon")
 
 
+@dataclass(eq=False)
+class Target:
+    """One database the loops work on, with its own pool, client, health
+    and metrics (a shard of a proxy, or the DSN's own database)."""
+
+    database: Database
+    registry: CollectorRegistry | None
+    metrics: DaemonMetrics
+    health: DatabaseHealth
+    pool: ConnectionPool[Any]
+    office: Office
+
+
 class Daemon:
-    """The control plane's background work for one database."""
+    """The control plane's background work for one database, or for every
+    shard of a proxy (``config.databases``)."""
 
     def __init__(
         self,
@@ -57,27 +83,80 @@ class Daemon:
     ) -> None:
         self.config = config
         self.registry = registry
-        self.metrics: DaemonMetrics = daemon_metrics_for(registry)
-        self.health = DatabaseHealth(self.metrics)
         self.stop_event = threading.Event()
+        self.targets: list[Target] = []
         self.loops: list[Loop] = []
-        self.office: Office | None = None
-        self.pool: ConnectionPool[Any] | None = None
         self.metrics_port: int | None = None
         self._server: Any = None
+        self._shard_metrics: ShardMetrics | None = None
         self._signals = 0
 
     # --- lifecycle ---------------------------------------------------------
 
     def start(self) -> None:
-        """Open the pool (without waiting for the database), start the
-        metrics endpoint and every enabled loop."""
+        """Open the pools (without waiting for the databases), start the
+        metrics endpoint and every enabled loop on every database."""
         cfg = self.config
         names = [name for name in _FACTORIES if cfg.enabled(name)]
-        self.pool = ConnectionPool(
-            cfg.dsn,
+        databases = list(cfg.databases) or [Database(label=None, conninfo=cfg.dsn)]
+        sharded = databases[0].label is not None
+        if sharded:
+            self._shard_metrics = ShardMetrics()
+            (REGISTRY if self.registry is None else self.registry).register(self._shard_metrics)
+        for database in databases:
+            self.targets.append(self._target(database, len(names)))
+        self._serve_metrics()
+        for target in self.targets:
+            for name in names:
+                loop = _FACTORIES[name](self, target)
+                self.loops.append(loop)
+                loop.start()
+        if sharded:
+            log.info(
+                "control plane started on %d shards: %s; loops %s",
+                len(databases),
+                ", ".join(f"{d.label} ({d.masked})" for d in databases),
+                ", ".join(names),
+                extra={
+                    "loops": names,
+                    "consumer": cfg.consumer,
+                    "shards": [d.label for d in databases],
+                },
+            )
+        else:
+            log.info(
+                "control plane started: %s",
+                ", ".join(names),
+                extra={"loops": names, "consumer": cfg.consumer},
+            )
+
+    def _serve_metrics(self) -> None:
+        """Start the metrics endpoint (once), if the config asks for one."""
+        cfg = self.config
+        if cfg.metrics_port is None or self._server is not None:
+            return
+        kwargs: dict[str, Any] = {"addr": cfg.metrics_host}
+        if self.registry is not None:
+            kwargs["registry"] = self.registry
+        self._server, _ = start_http_server(cfg.metrics_port, **kwargs)
+        self.metrics_port = int(self._server.server_port)
+        log.info(
+            "serving metrics on http://%s:%d/metrics",
+            cfg.metrics_host,
+            self.metrics_port,
+            extra={"port": self.metrics_port},
+        )
+
+    def _target(self, database: Database, loops: int) -> Target:
+        cfg = self.config
+        registry = self.registry
+        if self._shard_metrics is not None and database.label is not None:
+            registry = self._shard_metrics.add(database.label)
+        metrics = daemon_metrics_for(registry)
+        pool: ConnectionPool[Any] = ConnectionPool(
+            database.conninfo,
             min_size=1,
-            max_size=max(2, len(names) + 1),
+            max_size=max(2, loops + 1),
             kwargs={
                 "autocommit": True,
                 "connect_timeout": max(1, round(cfg.connect_timeout)),
@@ -91,33 +170,19 @@ class Daemon:
             check=ConnectionPool.check_connection,
             reconnect_timeout=max(5.0, cfg.connect_timeout * 2),
             open=True,
-            name="officectl-run",
+            name="officectl-run" + (f"-{database.label}" if database.label else ""),
         )
-        self.office = Office(pool=self.pool, registry=self.registry)
         # Every counter of the clients is served from the start, at zero.
-        metrics_for(self.registry)
-        parent_wake_metrics_for(self.registry)
-        routine_run_counter(self.registry)
-        if cfg.metrics_port is not None:
-            kwargs: dict[str, Any] = {"addr": cfg.metrics_host}
-            if self.registry is not None:
-                kwargs["registry"] = self.registry
-            self._server, _ = start_http_server(cfg.metrics_port, **kwargs)
-            self.metrics_port = int(self._server.server_port)
-            log.info(
-                "serving metrics on http://%s:%d/metrics",
-                cfg.metrics_host,
-                self.metrics_port,
-                extra={"port": self.metrics_port},
-            )
-        for name in names:
-            loop = _FACTORIES[name](self)
-            self.loops.append(loop)
-            loop.start()
-        log.info(
-            "control plane started: %s",
-            ", ".join(names),
-            extra={"loops": names, "consumer": cfg.consumer},
+        metrics_for(registry)
+        parent_wake_metrics_for(registry)
+        routine_run_counter(registry)
+        return Target(
+            database=database,
+            registry=registry,
+            metrics=metrics,
+            health=DatabaseHealth(metrics, database.label),
+            pool=pool,
+            office=Office(pool=pool, registry=registry),
         )
 
     def stop(self) -> None:
@@ -138,8 +203,11 @@ class Daemon:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
-        if self.pool is not None:
-            self.pool.close(timeout=5.0)
+        for target in self.targets:
+            target.pool.close(timeout=5.0)
+        if self._shard_metrics is not None:
+            (REGISTRY if self.registry is None else self.registry).unregister(self._shard_metrics)
+            self._shard_metrics = None
         return ended
 
     def run_forever(self) -> int:
@@ -149,6 +217,11 @@ class Daemon:
             sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)
         }
         try:
+            # Served while the DSN is waited for: a scrape shows the daemon is up.
+            self._serve_metrics()
+            if not self.config.databases and not self._resolve():
+                self.join(0)  # stopped before the database answered
+                return 0
             self.start()
             while not self.stop_event.wait(0.5):
                 pass
@@ -159,6 +232,38 @@ class Daemon:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+    def _resolve(self) -> bool:
+        """Find the databases to work on (:func:`controlplane.shards.resolve`):
+        the DSN's own, or every shard of a proxy. A DSN that does not answer
+        yet is asked again with backoff; False when stopped meanwhile."""
+        streak = 0
+        while True:
+            try:
+                topology = shards.resolve(self.config.dsn)
+            except psycopg.OperationalError as exc:
+                streak += 1
+                delay = min(self.config.max_backoff, 0.5 * 2 ** min(streak - 1, 10))
+                log.log(
+                    logging.WARNING if streak == 1 else logging.INFO,
+                    "database not reachable yet (%s); asking again in %.1f s",
+                    _one_line(exc),
+                    delay,
+                    extra={"event": "database_unavailable"},
+                )
+                if self.stop_event.wait(delay):
+                    return False
+                continue
+            if topology.proxy is not None:
+                self.config = replace(self.config, databases=tuple(topology.databases))
+                log.info(
+                    "%s is an office proxy (office_proxy %s): working on its %d shards",
+                    shards.mask(self.config.dsn),
+                    topology.proxy,
+                    len(topology.databases),
+                    extra={"shards": topology.labels},
+                )
+            return True
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._signals += 1
@@ -172,75 +277,71 @@ class Daemon:
 
     # --- loops ------------------------------------------------------------------
 
-    def _common(self, interval: float) -> dict[str, Any]:
-        assert self.office is not None
+    def _common(self, target: Target, interval: float) -> dict[str, Any]:
         return {
             "interval": interval,
-            "metrics": self.metrics,
-            "health": self.health,
+            "metrics": target.metrics,
+            "health": target.health,
             "stop": self.stop_event,
             "max_backoff": self.config.max_backoff,
+            "shard": target.database.label,
         }
 
     def loop(self, name: str) -> Loop:
-        """The running loop called ``name`` (LookupError if it is not running)."""
+        """The running loop called ``name`` (``cron``; ``cron@shard0`` on a
+        shard: LookupError if it is not running)."""
         for loop in self.loops:
-            if loop.name == name:
+            if name in (loop.label, loop.name):
                 return loop
         raise LookupError(f"no {name} loop is running")
 
 
-def _subscriber(d: Daemon) -> Loop:
+def _subscriber(d: Daemon, t: Target) -> Loop:
     c = d.config
-    assert d.office is not None
     return SubscriberLoop(
-        d.office,
+        t.office,
         consumer=c.consumer,
         batch=c.event_batch,
         visibility=c.event_visibility,
-        **d._common(c.poll_interval),
+        **d._common(t, c.poll_interval),
     )
 
 
-def _wakeups(d: Daemon) -> Loop:
+def _wakeups(d: Daemon, t: Target) -> Loop:
     c = d.config
-    assert d.office is not None
     return WakeupLoop(
-        d.office, batch=c.wakeup_batch, min_age=c.wakeup_min_age, **d._common(c.poll_interval)
+        t.office, batch=c.wakeup_batch, min_age=c.wakeup_min_age, **d._common(t, c.poll_interval)
     )
 
 
-def _cron(d: Daemon) -> Loop:
+def _cron(d: Daemon, t: Target) -> Loop:
     c = d.config
-    assert d.office is not None
-    return CronLoop(d.office, batch=c.cron_batch, registry=d.registry, **d._common(c.poll_interval))
+    return CronLoop(
+        t.office, batch=c.cron_batch, registry=t.registry, **d._common(t, c.poll_interval)
+    )
 
 
-def _sweep(d: Daemon) -> Loop:
+def _sweep(d: Daemon, t: Target) -> Loop:
     c = d.config
-    assert d.office is not None
-    return SweepLoop(d.office, batch=c.sweep_batch, **d._common(c.sweep_interval))
+    return SweepLoop(t.office, batch=c.sweep_batch, **d._common(t, c.sweep_interval))
 
 
-def _recovery(d: Daemon) -> Loop:
+def _recovery(d: Daemon, t: Target) -> Loop:
     c = d.config
-    assert d.office is not None
-    return RecoveryLoop(d.office, stale_after=c.stale_after, **d._common(c.recover_interval))
+    return RecoveryLoop(t.office, stale_after=c.stale_after, **d._common(t, c.recover_interval))
 
 
-def _prune(d: Daemon) -> Loop:
+def _prune(d: Daemon, t: Target) -> Loop:
     c = d.config
-    assert d.office is not None
-    return PruneLoop(d.office, retention=c.retention, **d._common(c.prune_interval))
+    return PruneLoop(t.office, retention=c.retention, **d._common(t, c.prune_interval))
 
 
-def _stats(d: Daemon) -> Loop:
+def _stats(d: Daemon, t: Target) -> Loop:
     c = d.config
-    assert d.office is not None
-    return StatsLoop(d.office, **d._common(c.stats_interval))
+    return StatsLoop(t.office, **d._common(t, c.stats_interval))
 
 
-_FACTORIES = {
+_FACTORIES: dict[str, Callable[[Daemon, Target], Loop]] = {
     "subscriber": _subscriber,
     "wakeups": _wakeups,
     "cron": _cron,

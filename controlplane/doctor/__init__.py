@@ -24,6 +24,11 @@ Checks:
 * poison - the rows the daemon's loops set aside because they cannot process
   them (``office.poison``), one warning each, with the error and how to
   release the row once repaired.
+
+On a proxy DSN (:mod:`controlplane.shards`) every check runs on each shard,
+its findings labelled with the shard, and the ``cluster`` check adds a
+problem for a shard that cannot be reached and for shards (or the proxy) on
+different versions (:mod:`controlplane.doctor.cluster`).
 """
 
 from __future__ import annotations
@@ -33,7 +38,9 @@ from typing import Any
 
 import psycopg
 
+from controlplane import shards
 from controlplane.client.queries import doctor as q
+from controlplane.doctor.cluster import Connect, check_cluster
 from controlplane.doctor.findings import Finding, Status, one
 from controlplane.doctor.installation import (
     check_admin_can_call,
@@ -49,7 +56,7 @@ from controlplane.doctor.runtime import (
     check_workspaces,
 )
 
-__all__ = ["CHECKS", "Finding", "Status", "healthy", "run_checks"]
+__all__ = ["CHECKS", "Finding", "Status", "examine", "healthy", "run_checks"]
 
 CHECKS = (
     check_version,
@@ -80,6 +87,16 @@ def run_checks(conn: psycopg.Connection[Any]) -> list[Finding]:
     for check in CHECKS:
         findings.extend(check(conn))
     return findings
+
+
+def examine(dsn: str, connect: Connect) -> list[Finding]:
+    """Every finding for the database ``dsn`` names, or for each shard of the
+    proxy it names; ``connect`` opens the doctor's connections."""
+    with connect(dsn) as conn:
+        topology = shards.topology_of(conn, dsn)
+        if topology.proxy is None:
+            return run_checks(conn)
+    return check_cluster(topology, connect, run_checks)
 
 
 def healthy(findings: Iterable[Finding]) -> bool:

@@ -29,6 +29,9 @@ class Finding(BaseModel):
     status: Status
     detail: str
     fix: str = ""
+    #: The shard of a proxy the finding is about (None: the DSN's database,
+    #: or the cluster as a whole).
+    shard: str | None = None
 
 
 #: The rows of one named query on the doctor's own connection (one session:

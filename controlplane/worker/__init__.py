@@ -15,6 +15,10 @@ them (:mod:`controlplane.cli_worker`).
   ``office.notify`` is only sent when no worker is bound to come for the
   agent, which is why claiming again after every handler matters. A lost
   LISTEN connection falls back to polling and reconnects with backoff.
+  On a proxy DSN (API.md §8) the claims and every write still go through
+  the proxy, and the worker LISTENs on every shard of ``office_cluster``
+  (:mod:`controlplane.shards`; a proxy relays no NOTIFY), one connection
+  each, a shard's loss logged for that shard (docs/scale-out.md says why).
 * **Heartbeats.** Every ``heartbeat`` seconds, ``heartbeat_run(id, attempt)``
   for each run in flight, on a connection of the worker's own (a slow
   handler or a busy pool cannot starve it). False means the run was taken

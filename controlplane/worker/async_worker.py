@@ -7,15 +7,19 @@ import signal
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import asyncpg
 
+from controlplane import shards
 from controlplane.aio import AsyncOffice, drive_async
+from controlplane.daemon.loop import DatabaseHealth
 from controlplane.models import Run
 from controlplane.worker.core import (
     _VERB,
     CHANNEL,
+    CONNECT_TIMEOUT,
     HAND_BACK_SECONDS,
     WorkerBase,
     _backoff,
@@ -283,7 +287,48 @@ class AsyncWorker(WorkerBase[AsyncOffice, Callable[[Run], Awaitable[object]]]):
                 await pool.release(conn)
 
     async def _listen(self, pool: asyncpg.Pool) -> None:
+        """LISTEN where the runs' NOTIFY is sent: on a connection of the pool,
+        or on every shard when the pool's database is a proxy (the claims
+        still go through it)."""
         core = self._core
+        streak = 0
+        while True:
+            try:
+                async with pool.acquire(timeout=5.0) as conn:
+                    topology = await shards.topology_of_async(conn)
+                break
+            except Exception as exc:
+                streak += 1
+                if await self._wait(self._closed, core.failed_call("listen", exc, streak)):
+                    return
+        if topology.proxy is None:
+            await self._listen_on(partial(pool.acquire, timeout=5.0), pool.release, None)
+            return
+        await asyncio.gather(
+            *(
+                self._listen_on(
+                    partial(
+                        asyncpg.connect,
+                        timeout=CONNECT_TIMEOUT,
+                        **shards.asyncpg_arguments(db.conninfo),
+                    ),
+                    _close,
+                    db.label,
+                )
+                for db in topology.databases
+            )
+        )
+
+    async def _listen_on(
+        self,
+        connect: Callable[[], Awaitable[Any]],
+        release: Callable[[Any], Awaitable[object]],
+        shard: str | None,
+    ) -> None:
+        """LISTEN on the connections ``connect`` gives (``release`` gives them
+        back), reconnecting with backoff, until the worker closes."""
+        core = self._core
+        health = None if shard is None else DatabaseHealth(None, shard)
         streak = 0
 
         def on_notify(conn: object, pid: int, channel: str, payload: object) -> None:
@@ -293,10 +338,12 @@ class AsyncWorker(WorkerBase[AsyncOffice, Callable[[Run], Awaitable[object]]]):
         while not self._closed.is_set():
             conn: Any = None
             try:
-                conn = await pool.acquire(timeout=5.0)
+                conn = await connect()
                 await conn.add_listener(CHANNEL, on_notify)
                 streak = 0
-                core.listening()
+                if health is not None:
+                    health.ok()
+                core.listening(shard)
                 self._wake.set()  # anything sent while nobody listened: claim now
                 while not conn.is_closed() and not await self._wait(self._closed, 1.0):
                     pass
@@ -304,7 +351,7 @@ class AsyncWorker(WorkerBase[AsyncOffice, Callable[[Run], Awaitable[object]]]):
                     raise ConnectionError("the LISTEN connection was closed")
             except Exception as exc:
                 streak += 1
-                await self._wait(self._closed, core.failed_call("listen", exc, streak))
+                await self._wait(self._closed, core.failed_call("listen", exc, streak, health))
             finally:
                 if conn is not None:
                     if not conn.is_closed():
@@ -312,7 +359,13 @@ class AsyncWorker(WorkerBase[AsyncOffice, Callable[[Run], Awaitable[object]]]):
                             await conn.remove_listener(CHANNEL, on_notify)
                         except Exception:
                             conn.terminate()
-                    await pool.release(conn)
+                    await release(conn)
 
     def _on_signal(self, signum: int) -> None:
         self.stop(force=self._core.on_signal(signum))
+
+
+async def _close(conn: asyncpg.Connection[Any]) -> None:
+    """Close a shard's LISTEN connection (the worker opened it itself)."""
+    if not conn.is_closed():
+        await conn.close(timeout=5.0)

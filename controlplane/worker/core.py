@@ -40,6 +40,9 @@ CHANNEL = "office_runs"
 #: Longest wait between two tries of a database call after a failure.
 MAX_BACKOFF = 5.0
 
+#: Seconds to wait for a connection the worker opens itself (a shard's LISTEN).
+CONNECT_TIMEOUT = 5
+
 #: How long, after the grace period, hand-backs and outcome writes still in
 #: progress are retried before the worker gives up (the stale-claim recovery
 #: then returns what is left).
@@ -268,11 +271,14 @@ class _Core:
         """Whether a NOTIFY (payload: the agent id) concerns this worker."""
         return self.agent_profile_id is None or payload == self.agent_profile_id
 
-    def failed_call(self, what: str, exc: BaseException, streak: int) -> float:
-        """Log a failed database call; the seconds to wait before the next try."""
+    def failed_call(
+        self, what: str, exc: BaseException, streak: int, health: DatabaseHealth | None = None
+    ) -> float:
+        """Log a failed database call; the seconds to wait before the next try.
+        ``health``: a shard's (its listener's), if not the worker's database."""
         delay = _backoff(streak)
         if _is_lost_connection(exc):
-            self.health.lost(what, exc, delay)
+            (health or self.health).lost(what, exc, delay)
         else:
             log.error(
                 "%s failed: %s; retrying in %.1f s",
@@ -299,8 +305,16 @@ class _Core:
             },
         )
 
-    def listening(self) -> None:
-        log.info("listening for NOTIFY %s", CHANNEL, extra={"channel": CHANNEL})
+    def listening(self, shard: str | None = None) -> None:
+        if shard is None:
+            log.info("listening for NOTIFY %s", CHANNEL, extra={"channel": CHANNEL})
+        else:
+            log.info(
+                "listening for NOTIFY %s on shard %s",
+                CHANNEL,
+                shard,
+                extra={"channel": CHANNEL, "shard": shard},
+            )
 
     def stopping(self) -> None:
         count = self.in_flight()

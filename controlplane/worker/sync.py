@@ -7,17 +7,23 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from functools import partial
 from types import FrameType
 from typing import Any
 
+import psycopg
 from psycopg_pool import ConnectionPool
 
+from controlplane import shards
 from controlplane.client import Office, drive, perform_psycopg
+from controlplane.daemon.logs import set_shard
+from controlplane.daemon.loop import DatabaseHealth
 from controlplane.models import Run
 from controlplane.worker.core import (
     _VERB,
     CHANNEL,
+    CONNECT_TIMEOUT,
     HAND_BACK_SECONDS,
     WorkerBase,
     _backoff,
@@ -232,15 +238,60 @@ class Worker(WorkerBase[Office, Callable[[Run], object]]):
             streak = 0
 
     def _listen(self, own: ConnectionPool[Any]) -> None:
+        """LISTEN where the runs' NOTIFY is sent: on the worker's database, or
+        on every shard when it is a proxy (the claims still go through it)."""
         core = self._core
         streak = 0
         while not self._closed.is_set():
             try:
                 with own.connection() as conn:
                     conn.autocommit = True
+                    topology = shards.topology_of(conn)
+                break
+            except Exception as exc:
+                streak += 1
+                self._closed.wait(core.failed_call("listen", exc, streak))
+        else:
+            return
+        if topology.proxy is None:
+            self._listen_on(own.connection, None)
+            return
+        threads = [
+            threading.Thread(
+                target=self._listen_on,
+                args=(
+                    partial(psycopg.connect, db.conninfo, connect_timeout=CONNECT_TIMEOUT),
+                    db.label,
+                ),
+                name=f"office-listen-{db.label}",
+            )
+            for db in topology.databases
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    def _listen_on(
+        self,
+        connect: Callable[[], AbstractContextManager[psycopg.Connection[Any]]],
+        shard: str | None,
+    ) -> None:
+        """LISTEN on the connections ``connect`` opens, reconnecting with
+        backoff, until the worker closes (a shard's loss is its own health's)."""
+        core = self._core
+        set_shard(shard)
+        health = None if shard is None else DatabaseHealth(None, shard)
+        streak = 0
+        while not self._closed.is_set():
+            try:
+                with connect() as conn:
+                    conn.autocommit = True
                     conn.execute(f"LISTEN {CHANNEL}")
                     streak = 0
-                    core.listening()
+                    if health is not None:
+                        health.ok()
+                    core.listening(shard)
                     # Anything sent while nobody listened: claim now.
                     self._wake.set()
                     while not self._closed.is_set():
@@ -249,7 +300,7 @@ class Worker(WorkerBase[Office, Callable[[Run], object]]):
                                 self._wake.set()
             except Exception as exc:
                 streak += 1
-                self._closed.wait(core.failed_call("listen", exc, streak))
+                self._closed.wait(core.failed_call("listen", exc, streak, health))
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.stop(force=self._core.on_signal(signum))
