@@ -399,10 +399,18 @@ def move_partition(
             switched=True,
             forced=force,
         )
+    identity = "SELECT system_identifier, current_database() FROM pg_control_system()"
     with psycopg.connect(_with_user(source, user)) as src_conn:
         version = src_conn.execute("SELECT office.schema_version()").fetchone()
         assert version is not None
+        source_identity = src_conn.execute(identity).fetchone()
     with psycopg.connect(_with_user(target, user), autocommit=True) as conn:
+        if conn.execute(identity).fetchone() == source_identity:
+            # Spelled differently, but the source itself: its own locks would
+            # block the copy forever.
+            raise ClusterError(
+                f"the target is partition {partition}'s shard already ({_mask(source)})"
+            )
         conn.execute(
             sql.SQL("CREATE EXTENSION IF NOT EXISTS office VERSION {}").format(
                 sql.Literal(version[0])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -386,3 +387,72 @@ def test_a_move_refuses_a_partition_that_does_not_exist(world: Cluster) -> None:
         ["cluster", "move", "--proxy", world.proxy, "--partition", "4", "--to", world.target],
     )
     assert result.exit_code != 0 and "between 0 and 3" in result.output
+
+
+def test_a_call_waiting_on_the_move_is_ended_and_writes_nothing_on_the_source(
+    world: Cluster,
+) -> None:
+    ws = world.workspaces[MOVED]
+    agent = f"a-{ws}"
+    source = world.topo.shards[world.topo.partition_shard[MOVED]]
+    blocked: list[BaseException] = []
+    threads: list[threading.Thread] = []
+
+    def enqueue() -> None:
+        try:
+            with psycopg.connect(world.proxy, autocommit=True) as px:
+                px.execute(
+                    "SELECT office.enqueue_run(%s, 'blocked', idempotency_key => 'blocked')",
+                    (agent,),
+                )
+        except psycopg.Error as exc:
+            blocked.append(exc)
+
+    def start_a_writer(table: str, rows: int) -> None:
+        # Once, while the move holds the source's locks: a call the proxy
+        # routes to the source, waiting on them.
+        if threads:
+            return
+        threads.append(threading.Thread(target=enqueue))
+        threads[0].start()
+        with psycopg.connect(source, autocommit=True) as conn:
+            while not _one(
+                conn,
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND wait_event_type = 'Lock' AND query LIKE '%%enqueue_run%%'",
+            ):
+                conn.execute("SELECT pg_sleep(0.05)")
+
+    result = cluster.move_partition(world.proxy, MOVED, world.target, progress=start_a_writer)
+    threads[0].join(60)
+    assert result.switched and len(blocked) == 1, blocked
+    with psycopg.connect(source) as conn:
+        assert _one(conn, "SELECT count(*) FROM office.runs WHERE idempotency_key = 'blocked'") == 0
+    with psycopg.connect(world.proxy, autocommit=True) as px:  # the caller's retry
+        retried = _one(
+            px,
+            "SELECT outcome, run_id FROM office.enqueue_run(%s, 'blocked',"
+            " idempotency_key => 'blocked')",
+            agent,
+        )
+    assert retried[0] == "queued"
+    with psycopg.connect(world.target) as target:
+        assert _one(target, "SELECT count(*) FROM office.runs WHERE id = %s", retried[1]) == 1
+
+
+def test_a_move_refuses_its_own_source_spelled_otherwise(world: Cluster) -> None:
+    source = world.topo.shards[world.topo.partition_shard[MOVED]]
+    result = CliRunner().invoke(
+        main,
+        [
+            "cluster",
+            "move",
+            "--proxy",
+            world.proxy,
+            "--partition",
+            str(MOVED),
+            "--to",
+            f"{source} application_name=same",
+        ],
+    )
+    assert result.exit_code != 0 and "shard already" in result.output, result.output
