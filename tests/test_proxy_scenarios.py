@@ -6,6 +6,7 @@ give the same outcome both ways. Races run on real concurrent connections
 
 from __future__ import annotations
 
+import datetime
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -245,3 +246,34 @@ def test_two_producers_assigning_one_task_converge_on_one_run(world: World) -> N
             "SELECT count(*) FROM office.runs WHERE task_id = %s", (task,)
         ).fetchone()
     assert row == (1,)
+
+
+def test_two_daemons_firing_one_cron_tick_fire_it_once(world: World) -> None:
+    routine = world.one(
+        "SELECT id FROM office.create_routine(%s, 'cron', '{\"title\": \"tick\"}',"
+        " assignee_agent_profile_id => %s, concurrency_policy => 'always_create')",
+        world.ws,
+        world.agent,
+    )
+    trigger, tick = world.one(
+        "SELECT id, next_run_at FROM office.add_routine_trigger(%s, '* * * * *',"
+        " next_run_at => '2001-01-01 00:00:00+00')",
+        routine,
+    )
+
+    def fire(conn: Conn) -> Any:
+        return conn.execute(
+            "SELECT claimed, status, linked_task_id FROM office.fire_routine_tick(%s, %s,"
+            " %s::timestamptz + interval '1 minute')",
+            (trigger, tick, tick),
+        ).fetchone()
+
+    outcomes = _all_ok(harness.run_concurrently(world.dsn, [fire, fire]))
+    fired = [o for o in outcomes if o[0]]
+    assert len(fired) == 1 and fired[0][1] == "task_created"
+    assert world.one("SELECT workspace_id FROM office.get_task(%s)", fired[0][2]) == world.ws
+    due = world.conn.execute(
+        "SELECT next_run_at FROM office.due_routine_triggers(now(), 1000) WHERE trigger_id = %s",
+        (trigger,),
+    ).fetchall()
+    assert due == [(tick + datetime.timedelta(minutes=1),)]
