@@ -388,17 +388,20 @@ def move_partition(
             f"--partition must be between 0 and {len(partitions) - 1}, not {partition}"
         )
     source = partitions[partition]
-    if source == target:
-        # Already switched: only a source that kept its rows may be left.
-        purged = _purge_elsewhere(proxy, partitions, partition, user)
+
+    def result(rows: dict[str, int], switched: bool) -> MoveResult:
         return MoveResult(
             partition=partition,
             source=_mask(source),
             target=_mask(target),
-            rows=purged,
-            switched=True,
+            rows=rows,
+            switched=switched,
             forced=force,
         )
+
+    if source == target:
+        # Already switched: only a source that kept its rows may be left.
+        return result(_purge_elsewhere(proxy, partitions, partition, user), True)
     identity = "SELECT system_identifier, current_database() FROM pg_control_system()"
     with psycopg.connect(_with_user(source, user)) as src_conn:
         version = src_conn.execute("SELECT office.schema_version()").fetchone()
@@ -470,14 +473,7 @@ def move_partition(
         tgt_conn.commit()
         if rehearse:
             src_conn.rollback()
-            return MoveResult(
-                partition=partition,
-                source=_mask(source),
-                target=_mask(target),
-                rows=copied,
-                switched=False,
-                forced=force,
-            )
+            return result(copied, False)
         _switch(proxy, partition, target)
         src.execute("SET LOCAL session_replication_role = replica")
         _delete_partition(src)
@@ -490,11 +486,4 @@ def move_partition(
         )
         src_conn.commit()
     log.info("partition %d moved to %s: %s", partition, _mask(target), copied)
-    return MoveResult(
-        partition=partition,
-        source=_mask(source),
-        target=_mask(target),
-        rows=copied,
-        switched=True,
-        forced=force,
-    )
+    return result(copied, True)
