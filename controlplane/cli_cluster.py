@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 import click
+from rich.progress import Progress
 from rich.table import Table
 
 from controlplane import cluster
@@ -71,6 +72,61 @@ def status_command(proxy: str, as_json: bool) -> None:
     _show(status, as_json)
     if not status.versions_agree:
         sys.exit(1)
+
+
+@cluster_group.command("move")
+@click.option("--proxy", "proxy", required=True, help="DSN of the proxy database.")
+@click.option("--partition", type=int, required=True, help="The partition to move.")
+@click.option(
+    "--to",
+    "target",
+    required=True,
+    help="The target shard as office_cluster will name it (libpq key=value string).",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Move even with claimed runs or claimed events (their holders must use the proxy).",
+)
+@click.option(
+    "--rehearse", is_flag=True, help="Copy to the target and stop before the server switch."
+)
+@json_option
+@one_line_errors
+def move_command(
+    proxy: str, partition: int, target: str, force: bool, rehearse: bool, as_json: bool
+) -> None:
+    """Move one partition's workspaces to another shard database: copy their
+    rows, switch server office_cluster, delete them on the source
+    (docs/scale-out.md). Writes to the source shard wait while it runs."""
+    with Progress(console=stdout, transient=True, disable=as_json) as bar:
+        task = bar.add_task(f"partition {partition}", total=len(cluster.MOVED_TABLES))
+
+        def step(table: str, rows: int) -> None:
+            bar.update(task, advance=1, description=f"partition {partition}: {table} ({rows})")
+
+        try:
+            result = cluster.move_partition(
+                proxy, partition, target, force=force, rehearse=rehearse, progress=step
+            )
+        except cluster.ClusterError as exc:
+            raise click.ClickException(str(exc)) from exc
+    if as_json:
+        print_json(result)
+        return
+    table = Table(
+        title=f"partition {partition}: {result.source} -> {result.target}", title_justify="left"
+    )
+    table.add_column("table")
+    table.add_column("rows", justify="right")
+    for name, rows in result.rows.items():
+        table.add_row(name, str(rows))
+    stdout.print(table)
+    stdout.print(
+        "switched: the proxy routes the partition to the target"
+        if result.switched
+        else "rehearsal: copied, not switched; the source still serves the partition"
+    )
 
 
 COMMANDS = [cluster_group]
