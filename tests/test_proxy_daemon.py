@@ -15,6 +15,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import psycopg
@@ -192,17 +193,20 @@ def test_two_daemons_on_one_proxy_handle_each_occurrence_once(
                     px.execute("SELECT office.upsert_agent(%s, %s)", (agent, ws[i]))
                     px.execute("SELECT office.request_wakeup(%s, 'manual', 'ping')", (agent,))
         for db in shards:
-            wait_for(lambda db=db: pending_events(db) == 0, "the outboxes")
+            wait_for(partial(lambda d: pending_events(d) == 0, db), "the outboxes")
             wait_for(
-                lambda db=db: scalar(
+                partial(
+                    scalar,
                     db,
                     "SELECT count(*) = 0 FROM office.routine_triggers WHERE next_run_at <= now()",
                 ),
                 "every tick",
             )
             wait_for(
-                lambda db=db: scalar(
-                    db, "SELECT count(*) = 0 FROM office.wakeup_requests WHERE status = 'queued'"
+                partial(
+                    scalar,
+                    db,
+                    "SELECT count(*) = 0 FROM office.wakeup_requests WHERE status = 'queued'",
                 ),
                 "every wakeup",
             )

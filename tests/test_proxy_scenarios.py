@@ -110,6 +110,7 @@ def test_blockers_resolving_together_wake_the_task_once(world: World) -> None:
 
     _all_ok(harness.run_concurrently(world.dsn, [complete(b) for b in blockers]))
     key = keys.blockers_resolved_key(task, blockers)
+    assert key is not None
     assert world.one("SELECT office.blockers_resolved_key(%s, %s)", task, blockers) == key
     assert world.runs_with_key(key) == 1
     again = world.one(
