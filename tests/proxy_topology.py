@@ -2,23 +2,17 @@
 and two shard databases (``office``), four partitions over the two shards.
 
 * ``one_cluster``: the proxy and both shards are databases of the test cluster;
-* ``two_clusters``: shard 1 lives in a second PostgreSQL cluster that this
-  module starts (data on /dev/shm, a free port, as the ``postgres`` OS user)
-  and stops, so connection strings are real and one shard can be stopped
-  while the other serves.
+* ``two_clusters``: shard 1 lives in a throwaway PostgreSQL cluster
+  (``harness.throwaway_cluster``), so connection strings are real and one
+  shard can be stopped while the other serves.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import socket
-import subprocess
-import tempfile
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
 import psycopg
 from psycopg import sql
@@ -26,18 +20,6 @@ from psycopg import sql
 from tests import harness
 
 PARTITIONS = 4
-
-
-def pg_bindir() -> Path:
-    """The binaries of the test cluster's PostgreSQL (for the second cluster)."""
-    explicit = os.environ.get("OFFICE_TEST_PG_BINDIR")
-    if explicit:
-        return Path(explicit)
-    pg_config = os.environ.get("PG_CONFIG")
-    if pg_config:
-        out = subprocess.run([pg_config, "--bindir"], check=True, capture_output=True, text=True)
-        return Path(out.stdout.strip())
-    return Path("/usr/lib/postgresql/15/bin")
 
 
 def plproxy_missing() -> str | None:
@@ -52,94 +34,13 @@ def plproxy_missing() -> str | None:
     return None
 
 
-def _as_postgres(cmd: list[str]) -> list[str]:
-    return ["runuser", "-u", "postgres", "--", *cmd] if os.getuid() == 0 else cmd
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class SecondCluster:
-    """A throwaway PostgreSQL cluster of the test server's installation."""
-
-    data: Path
-    port: int
-    bindir: Path
-
-    def start(self) -> None:
-        subprocess.run(
-            _as_postgres(
-                [
-                    str(self.bindir / "pg_ctl"),
-                    "-D",
-                    str(self.data / "data"),
-                    "-w",
-                    "-l",
-                    str(self.data / "log"),
-                    "-o",
-                    f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.data} "
-                    "-c fsync=off -c synchronous_commit=off -c max_connections=100",
-                    "start",
-                ]
-            ),
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
-
-    def stop(self) -> None:
-        subprocess.run(
-            _as_postgres(
-                [
-                    str(self.bindir / "pg_ctl"),
-                    "-D",
-                    str(self.data / "data"),
-                    "-m",
-                    "fast",
-                    "-w",
-                    "stop",
-                ]
-            ),
-            check=False,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-
-    def conninfo(self, dbname: str) -> str:
-        return f"host=127.0.0.1 port={self.port} user={harness.USER} dbname={dbname}"
-
-
-@contextmanager
-def second_cluster() -> Iterator[SecondCluster]:
-    base = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
-    data = Path(tempfile.mkdtemp(prefix=f"office-proxy-{os.getpid()}-", dir=base))
-    if os.getuid() == 0:
-        shutil.chown(data, "postgres")
-    cluster = SecondCluster(data=data, port=_free_port(), bindir=pg_bindir())
-    initdb = [str(cluster.bindir / "initdb"), "-D", str(data / "data"), "-U", harness.USER]
-    subprocess.run(
-        _as_postgres([*initdb, "--auth=trust", "-E", "UTF8"]),
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-        shutil.rmtree(data, ignore_errors=True)
-
-
 @dataclass
 class Topology:
     name: str
     proxy: str  # conninfo of the proxy database
     shards: list[str]  # conninfo of shard 0 and shard 1
     partition_shard: list[int]  # partition -> index in shards
-    cluster: SecondCluster | None
+    cluster: harness.Cluster | None
 
     def shard_of_workspace(self, workspace_id: str) -> int:
         with psycopg.connect(self.proxy) as conn:
@@ -197,7 +98,9 @@ def topology(name: str) -> Iterator[Topology]:
     """``one_cluster`` or ``two_clusters`` (shard 1 in a second cluster)."""
     label = f"office_px_{harness.LABEL}_{os.getpid()}_{name}"
     with ExitStack() as stack:
-        cluster = stack.enter_context(second_cluster()) if name == "two_clusters" else None
+        cluster = None
+        if name == "two_clusters":
+            cluster = stack.enter_context(harness.throwaway_cluster())
         shards = [_local(f"{label}_s0"), (cluster.conninfo if cluster else _local)(f"{label}_s1")]
         proxy = _local(f"{label}_proxy")
         for dsn in [*shards, proxy]:

@@ -12,9 +12,11 @@ import psycopg
 import pytest
 
 from controlplane import keys
-from tests.test_tasks import (
+from tests.harness import scalar
+from tests.scenarios.tasks import (
     Conn,
     agent,
+    block,
     call,
     claim_and_age,
     create,
@@ -23,13 +25,8 @@ from tests.test_tasks import (
     move,
     run_keys,
     runs,
-    scalar,
     sqlstate_of,
 )
-
-
-def block(conn: Conn, blocked: str, blocker: str) -> None:
-    call(conn, "add_blocker", task_id=blocked, blocker_task_id=blocker)
 
 
 def unblock(conn: Conn, blocked: str, blocker: str) -> None:

@@ -1,5 +1,5 @@
-"""The asyncpg client held to the same scenarios as the psycopg one (see
-``test_client_sync.py``), plus what only an async client has: ``async with``,
+"""The asyncpg client held to the same scenarios as the psycopg one
+(``tests/scenarios/clients.py``), plus what only an async client has: ``async with``,
 concurrent callers on one event loop."""
 
 from __future__ import annotations
@@ -18,32 +18,14 @@ from prometheus_client import CollectorRegistry
 from controlplane.aio import AsyncOffice
 from controlplane.errors import AgentNotFound, UniqueViolationError
 from controlplane.models import DedupKind, QueueOutcome
-from tests.test_client_sync import (
+from tests.scenarios.clients import (
     RAW_INSERT,
     SCENARIOS,
+    Blocking,
     Env,
     Scenario,
     check_raw_session_state_does_not_outlive_the_call,
 )
-
-
-class Blocking:
-    """An :class:`AsyncOffice` whose coroutine methods run to completion on a
-    private event loop, so the synchronous scenarios can drive it."""
-
-    def __init__(self, office: AsyncOffice, loop: asyncio.AbstractEventLoop) -> None:
-        self._office = office
-        self._loop = loop
-
-    def __getattr__(self, name: str) -> Any:
-        attribute = getattr(self._office, name)
-        if not inspect.iscoroutinefunction(attribute):
-            return attribute
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            return self._loop.run_until_complete(attribute(*args, **kwargs))
-
-        return call
 
 
 @pytest.fixture

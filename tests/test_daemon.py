@@ -10,19 +10,12 @@ under the other tests).
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import threading
-import time
 import urllib.request
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -36,108 +29,13 @@ from controlplane.daemon import DaemonConfig
 from controlplane.daemon.cron import CronLoop
 from controlplane.daemon.loop import DatabaseHealth
 from controlplane.daemon.metrics import daemon_metrics_for
+from tests import harness
+from tests.harness import scalar, wait_for
+from tests.scenarios.daemon import OFFICECTL, ROOT, daemon
 
-ROOT = Path(__file__).resolve().parent.parent
-OFFICECTL = Path(sys.executable).parent / "officectl"
-PG15_BIN = Path("/usr/lib/postgresql/15/bin")
 PG15_EXTENSION_DIR = Path("/usr/share/postgresql/15/extension")
 
-#: Short intervals for every loop; a test adds or overrides options.
-FAST = (
-    "--poll-interval", "50ms",
-    "--sweep-interval", "200ms",
-    "--recover-interval", "100ms",
-    "--stats-interval", "200ms",
-    "--max-backoff", "500ms",
-    "--log-format", "json",
-)  # fmt: skip
-
-
 # --- helpers -----------------------------------------------------------------------
-
-
-def wait_for(condition: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
-    """Poll ``condition`` until it returns something truthy (bounded)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what} after {timeout:.0f} s")
-        time.sleep(0.05)
-
-
-@dataclass
-class DaemonProcess:
-    proc: subprocess.Popen[bytes]
-    log_path: Path
-    _offset: int = 0
-    records: list[dict[str, Any]] = field(default_factory=list)
-
-    def logs(self) -> list[dict[str, Any]]:
-        """Every JSON log record written so far."""
-        with self.log_path.open("rb") as f:
-            f.seek(self._offset)
-            chunk = f.read()
-        complete, _, _ = chunk.rpartition(b"\n")
-        if complete:
-            self._offset += len(complete) + 1
-            for line in complete.decode().splitlines():
-                try:
-                    self.records.append(json.loads(line))
-                except json.JSONDecodeError:
-                    self.records.append({"message": line, "level": "RAW"})
-        return self.records
-
-    def messages(self) -> list[str]:
-        return [r.get("message", "") for r in self.logs()]
-
-    def text(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def metrics_port(self) -> int:
-        record = wait_for(
-            lambda: next((r for r in self.logs() if "serving metrics" in r["message"]), None),
-            "the metrics endpoint",
-        )
-        return int(record["port"])
-
-    def terminate(self, timeout: float = 60.0) -> int:
-        """SIGTERM, then the exit status."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise AssertionError(f"the daemon ignored SIGTERM:\n{self.text()[-4000:]}") from None
-
-
-@contextmanager
-def daemon(dsn: str, *options: str) -> Iterator[DaemonProcess]:
-    """``officectl --dsn DSN run FAST… OPTIONS…`` in a subprocess; killed at
-    the end if the test did not stop it."""
-    handle, name = tempfile.mkstemp(prefix="officectl-run-", suffix=".log")
-    os.close(handle)
-    command = [str(OFFICECTL), "--dsn", dsn, "run", *FAST, *options]
-    with open(name, "wb") as log:
-        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
-    process = DaemonProcess(proc, Path(name))
-    try:
-        yield process
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        Path(name).unlink(missing_ok=True)
-
-
-def scalar(db: psycopg.Connection[Any], sql: str, params: Any = None) -> Any:
-    row = db.execute(sql, params).fetchone()
-    assert row is not None
-    return row[0]
 
 
 def make_assignment_backlog(
@@ -331,84 +229,17 @@ def test_sigterm_mid_batch_loses_nothing_and_exits_zero(
 # --- the database restarted under the daemon --------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class PrivateCluster:
-    """A throwaway PostgreSQL 15 cluster on /dev/shm, run as ``postgres``."""
-
-    def __init__(self) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="office-daemon-pg-", dir="/dev/shm"))
-        shutil.chown(self.dir, "postgres", "postgres")
-        self.data = self.dir / "data"
-        self.port = _free_port()
-        self._pg("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8")
-
-    def _pg(self, tool: str, *args: str) -> None:
-        subprocess.run(
-            ["runuser", "-u", "postgres", "--", str(PG15_BIN / tool), *args],
-            check=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-
-    def start(self, *, tcp: bool = True) -> None:
-        """Start; with ``tcp`` False it listens on its Unix socket only, so a
-        client of the TCP URL finds it still down."""
-        listen = "127.0.0.1" if tcp else "''"
-        options = (
-            f"-p {self.port} -c listen_addresses={listen} -k {self.dir} "
-            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-        )
-        self._pg(
-            "pg_ctl",
-            "-D",
-            str(self.data),
-            "-w",
-            "-l",
-            str(self.dir / "log"),
-            "-o",
-            options,
-            "start",
-        )
-
-    def stop(self) -> None:
-        self._pg("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
-
-    def url(self, dbname: str = "postgres") -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/{dbname}"
-
-    def socket_url(self, dbname: str = "postgres") -> str:
-        return f"postgresql://postgres@/{dbname}?host={self.dir}&port={self.port}"
-
-    def destroy(self) -> None:
-        if (self.data / "postmaster.pid").exists():
-            subprocess.run(
-                ["runuser", "-u", "postgres", "--", str(PG15_BIN / "pg_ctl"),
-                 "-D", str(self.data), "-m", "immediate", "-w", "stop"],
-                check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            )  # fmt: skip
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
 @pytest.fixture
-def private_cluster() -> Iterator[PrivateCluster]:
-    if not (PG15_BIN / "pg_ctl").exists():
+def private_cluster() -> Iterator[harness.Cluster]:
+    if not (harness.PG15_BIN / "pg_ctl").exists():
         pytest.skip("PostgreSQL 15 binaries are not installed")
     if not (PG15_EXTENSION_DIR / "office.control").exists():
         schema.install_extension_files(PG15_EXTENSION_DIR)
-    cluster = PrivateCluster()
-    try:
-        cluster.start()
+    with harness.throwaway_cluster(harness.PG15_BIN) as cluster:
         yield cluster
-    finally:
-        cluster.destroy()
 
 
-def test_database_restarted_under_the_daemon(private_cluster: PrivateCluster) -> None:
+def test_database_restarted_under_the_daemon(private_cluster: harness.Cluster) -> None:
     cluster = private_cluster
     with psycopg.connect(cluster.url(), autocommit=True) as admin:
         admin.execute("CREATE DATABASE office_restart")

@@ -35,7 +35,8 @@ from prometheus_client import CollectorRegistry
 from controlplane import keys
 from controlplane.client import Office
 from controlplane.models import ProducerOutcome
-from tests.test_daemon import daemon, scalar, wait_for
+from tests.harness import scalar, wait_for
+from tests.scenarios.daemon import daemon
 
 AGENTS = [f"fa-{i}" for i in range(4)]
 TASKS = [f"ft-{i}" for i in range(40)]

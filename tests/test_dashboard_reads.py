@@ -10,6 +10,8 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests import harness
+
 Conn = psycopg.Connection[Any]
 
 WINDOW = 10_000
@@ -115,19 +117,10 @@ def _runs_read(db: Conn, call: str, times: int = 7) -> tuple[int, int]:
     """Sequential scans and index fetches of office.runs by ``call`` made
     ``times`` in one transaction (past PL/pgSQL's custom plans, onto the
     generic one)."""
-    counters = (
-        "SELECT seq_scan, coalesce(idx_tup_fetch, 0) FROM pg_stat_xact_user_tables"
-        " WHERE relid = 'office.runs'::regclass"
-    )
-    # A delta inside one transaction: the counters a backend has not flushed
-    # yet carry earlier transactions' reads too.
-    with db.transaction():
-        before = db.execute(counters).fetchone()
+    with harness.table_reads(db) as reads:
         for _ in range(times):
             db.execute(call).fetchall()
-        after = db.execute(counters).fetchone()
-    assert before is not None and after is not None
-    return after[0] - before[0], after[1] - before[1]
+    return reads["runs"].seq_scan, reads["runs"].idx_tup_fetch
 
 
 def test_a_page_with_a_rare_filter_reads_a_bounded_range(db: Conn) -> None:

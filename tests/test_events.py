@@ -9,7 +9,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.test_tasks import (
+from tests.harness import scalar
+from tests.scenarios.tasks import (
     Conn,
     agent,
     assign,
@@ -18,7 +19,6 @@ from tests.test_tasks import (
     events,
     footprint,
     move,
-    scalar,
     sqlstate_of,
 )
 

@@ -20,7 +20,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tests.test_keys import VECTORS, check, sql_call
+from tests.scenarios.keys import VECTORS, check, sql_call
 
 OFFICE_ROLES = ("office_producer", "office_worker", "office_reader", "office_admin")
 PINNED = "search_path=pg_catalog, pg_temp"

@@ -32,7 +32,7 @@ from controlplane.daemon.recovery import RecoveryLoop
 from controlplane.migrate import migrate
 from controlplane.models import EnqueueResult, QueueOutcome, RunKeyHow
 from controlplane.observability import forget_missing_columns
-from tests.test_client_async import Blocking
+from tests.scenarios.clients import Blocking
 
 FIRST_RELEASE = schema.sql_dir() / "released" / "office--0.1.0.sql"
 

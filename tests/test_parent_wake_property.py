@@ -30,8 +30,8 @@ from hypothesis import strategies as st
 from psycopg.rows import dict_row
 
 from controlplane import keys
-from tests.test_parent_wake import WAKE, scanned, stuck
-from tests.test_tasks import Conn, agent, create
+from tests.scenarios.parent_wake import WAKE, scanned, stuck
+from tests.scenarios.tasks import Conn, agent, create
 
 PARENTS = ("P0", "P1")
 CHILDREN = 3

@@ -14,7 +14,7 @@ import pytest
 
 from controlplane import keys
 from tests import harness
-from tests.test_parent_wake import (
+from tests.scenarios.parent_wake import (
     T0,
     candidates,
     marked,
@@ -27,7 +27,7 @@ from tests.test_parent_wake import (
     wave,
     write,
 )
-from tests.test_tasks import Conn, agent, create
+from tests.scenarios.tasks import Conn, agent, create
 
 Concurrently = Callable[[Sequence[Callable[[Conn], Any]]], list[harness.Outcome]]
 

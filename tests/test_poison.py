@@ -27,7 +27,8 @@ import pytest
 from controlplane import doctor
 from controlplane.client import Office
 from controlplane.event_subscriber import EventSubscriber
-from tests.test_daemon import DaemonProcess, daemon, scalar, wait_for
+from tests.harness import scalar, wait_for
+from tests.scenarios.daemon import DaemonProcess, daemon
 
 #: The loops a test does not exercise, disabled so that each test sees its own.
 OTHERS = ("subscriber", "wakeups", "cron", "sweep", "recovery", "prune")

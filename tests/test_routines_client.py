@@ -30,9 +30,8 @@ from controlplane.models import (
     WakeupDispatchStatus,
     WakeupOutcome,
 )
+from tests.scenarios.routines import DAY, TEMPLATE
 
-TEMPLATE = {"title": "Daily Check - {{day}}", "description": "Run for {{day}}"}
-DAY = {"day": {"default": "2026-01-01"}}
 TICK = datetime(2026, 5, 10, 12, tzinfo=UTC)
 
 

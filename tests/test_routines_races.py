@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from tests import harness
-from tests.test_routines import fire, make_stale, routine, run, runs
-from tests.test_tasks import Conn, agent, move
+from tests.scenarios.routines import fire, make_stale, routine, run, runs
+from tests.scenarios.tasks import Conn, agent, move
 
 Concurrently = Callable[[Sequence[Callable[[Conn], Any]]], list[harness.Outcome]]
 

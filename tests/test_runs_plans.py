@@ -10,6 +10,8 @@ from typing import Any
 
 import psycopg
 
+from tests import harness
+
 HOT_PATH = (
     "office.enqueue_run(text, text, jsonb, text, text, boolean, text, text)",
     "office.claim_run(text, text)",
@@ -21,7 +23,7 @@ def _exercise(conn: psycopg.Connection[Any]) -> dict[str, int]:
     """Enqueue (fresh, repeated, coalescing), claim and finish, more often than
     the 5 custom plans PL/pgSQL makes before it settles on a generic one, all in
     one transaction; return the sequential scans it made per office table."""
-    with conn.transaction():
+    with harness.table_reads(conn) as reads:
         for i in range(12):
             conn.execute(
                 "SELECT office.enqueue_run('a1', 'task_assigned', '{}', %s, %s)",
@@ -35,10 +37,7 @@ def _exercise(conn: psycopg.Connection[Any]) -> dict[str, int]:
             claimed = conn.execute("SELECT id, attempt FROM office.claim_run()").fetchone()
             assert claimed is not None
             conn.execute("SELECT office.finish_run(%s, %s)", claimed)
-        rows = conn.execute(
-            "SELECT relname, seq_scan FROM pg_stat_xact_user_tables WHERE schemaname = 'office'"
-        ).fetchall()
-    return {name: scans for name, scans in rows}
+    return {name: read.seq_scan for name, read in reads.items()}
 
 
 def _analyze_empty(db: psycopg.Connection[Any]) -> None:
@@ -74,7 +73,7 @@ def test_bulk_enqueue_never_scans_the_queue_after_an_empty_analyze(
     # enqueue_runs' set-based checks (a recorded key, a queued run in a
     # coalescible element's bucket) and its per-element path are index probes.
     _analyze_empty(db)
-    with db.transaction():
+    with harness.table_reads(db) as reads:
         for i in range(12):
             fresh = [
                 {
@@ -90,10 +89,7 @@ def test_bulk_enqueue_never_scans_the_queue_after_an_empty_analyze(
                 db.execute(
                     "SELECT count(*) FROM office.enqueue_runs(%s::jsonb)", [json.dumps(batch)]
                 )
-        rows = db.execute(
-            "SELECT relname, seq_scan FROM pg_stat_xact_user_tables WHERE schemaname = 'office'"
-        ).fetchall()
-    scans = {name: n for name, n in rows}
+    scans = {name: read.seq_scan for name, read in reads.items()}
     assert scans.get("runs", 0) == 0, scans
     assert scans.get("run_keys_recorded", 0) == 0, scans
     assert scans.get("agent_profiles", 0) == 0, scans

@@ -21,7 +21,7 @@ from controlplane.event_subscriber import (
     HandlerAction,
 )
 from controlplane.models import DedupKind, Event, QueueOutcome
-from tests.test_tasks import (
+from tests.scenarios.tasks import (
     Conn,
     agent,
     assign,

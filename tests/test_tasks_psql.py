@@ -17,7 +17,7 @@ from psycopg import sql
 from controlplane import keys
 from controlplane.client import Office
 from controlplane.event_subscriber import EventSubscriber
-from tests.test_tasks import Conn, events, run_keys, runs, task
+from tests.scenarios.tasks import Conn, events, run_keys, runs, task
 
 PSQL = shutil.which("psql") or "/usr/lib/postgresql/15/bin/psql"
 

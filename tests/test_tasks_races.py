@@ -20,11 +20,11 @@ from controlplane.client import Office
 from controlplane.event_subscriber import EventSubscriber, HandledEvent, HandlerAction
 from controlplane.models import Event
 from tests import harness
-from tests.test_blockers import block
-from tests.test_tasks import (
+from tests.scenarios.tasks import (
     Conn,
     agent,
     assign,
+    block,
     claim_and_age,
     create,
     move,

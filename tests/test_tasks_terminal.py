@@ -11,17 +11,17 @@ import psycopg
 import pytest
 
 from controlplane import keys
-from tests.test_blockers import block
-from tests.test_tasks import (
+from tests.harness import scalar
+from tests.scenarios.tasks import (
     Conn,
     agent,
+    block,
     call,
     claim_and_age,
     create,
     move,
     run_keys,
     runs,
-    scalar,
 )
 
 SYNC_STUB = """

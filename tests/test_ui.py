@@ -27,7 +27,7 @@ from starlette.testclient import TestClient
 from controlplane.migrate import migrate
 from controlplane.ui import app, chart, create_app
 from controlplane.ui.queries import PAGE_SIZE
-from tests import proxy_topology
+from tests import harness
 
 HOSTILE = "<script>alert('x')</script>\"'&"
 
@@ -330,10 +330,10 @@ def test_the_overview_estimates_the_history_of_a_large_table(
 
 
 @pytest.mark.skipif(
-    not (proxy_topology.pg_bindir() / "pg_ctl").exists(), reason="no pg_ctl for a second cluster"
+    not (harness.pg_bindir() / "pg_ctl").exists(), reason="no pg_ctl for a second cluster"
 )
 def test_the_database_stopped_under_the_ui_is_a_banner_until_it_is_back() -> None:
-    with proxy_topology.second_cluster() as cluster:
+    with harness.throwaway_cluster() as cluster:
         url = f"postgresql://postgres@127.0.0.1:{cluster.port}/postgres"
         migrate(url)  # the plain-SQL install: no extension files needed there
         with TestClient(create_app(url, timeout=2)) as http:

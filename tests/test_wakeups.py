@@ -11,8 +11,9 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from tests.test_routines import counts, fire, raises, routine, run
-from tests.test_tasks import Conn, Row, agent, call, scalar
+from tests.harness import scalar
+from tests.scenarios.routines import counts, fire, raises, routine, run
+from tests.scenarios.tasks import Conn, Row, agent, call
 
 
 def wakeup(conn: Conn, request_id: str) -> Row:

@@ -31,7 +31,9 @@ import psycopg
 import pytest
 
 from controlplane import schema
-from tests.test_daemon import PG15_BIN, DaemonProcess, PrivateCluster, scalar, wait_for
+from tests import harness
+from tests.harness import scalar, wait_for
+from tests.scenarios.daemon import DaemonProcess
 
 OFFICECTL = Path(sys.executable).parent / "officectl"
 
@@ -416,21 +418,17 @@ def test_worker_refuses_a_database_without_office(empty_database: str, handlers:
 
 
 @pytest.fixture
-def private_cluster() -> Iterator[PrivateCluster]:
+def private_cluster() -> Iterator[harness.Cluster]:
     """A throwaway PostgreSQL 15 cluster; office is installed from this
     checkout's install script (no shared extension directory involved)."""
-    if not (PG15_BIN / "pg_ctl").exists():
+    if not (harness.PG15_BIN / "pg_ctl").exists():
         pytest.skip("PostgreSQL 15 binaries are not installed")
-    cluster = PrivateCluster()
-    try:
-        cluster.start()
+    with harness.throwaway_cluster(harness.PG15_BIN) as cluster:
         yield cluster
-    finally:
-        cluster.destroy()
 
 
 def test_database_restarted_under_a_worker(
-    private_cluster: PrivateCluster, handlers: Handlers
+    private_cluster: harness.Cluster, handlers: Handlers
 ) -> None:
     cluster = private_cluster
     with psycopg.connect(cluster.url(), autocommit=True) as admin:

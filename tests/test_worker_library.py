@@ -24,7 +24,7 @@ from controlplane.worker import (
     failure_text,
     load_handler,
 )
-from tests.test_daemon import wait_for
+from tests.harness import wait_for
 
 
 def _setup(db: psycopg.Connection[Any], runs: int = 1) -> list[str]:
