@@ -2,8 +2,8 @@
 outcomes, counters, logs, typed errors, fencing, bulk enqueue.
 
 Every check is a *scenario* run with :class:`controlplane.client.Office`
-(``test_client_sync.py``) and with :class:`controlplane.aio.AsyncOffice`
-through the blocking adapter :class:`Blocking` (``test_client_async.py``),
+(``tests/client/test_client_sync.py``) and with :class:`controlplane.aio.AsyncOffice`
+through the blocking adapter :class:`Blocking` (``tests/client/test_client_async.py``),
 so both clients are held to the same results.
 """
 

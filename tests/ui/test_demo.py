@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import psycopg
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 OFFICECTL = Path(sys.executable).parent / "officectl"
 
 

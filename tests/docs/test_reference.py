@@ -15,7 +15,7 @@ import pytest
 from tests import harness
 from tools import reference
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "docs" / "reference.md"
 REGENERATE = "python -m tools.reference > docs/reference.md"
 

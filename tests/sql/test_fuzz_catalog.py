@@ -520,7 +520,7 @@ def fuzz(bed: Bed, functions: list[Function]) -> tuple[int, list[str]]:
 def test_every_function_has_a_recipe(bed: Bed) -> None:
     missing = [f.signature for f in bed.functions if f.name not in RECIPES]
     assert not missing, (
-        "add a baseline recipe (a valid call) to RECIPES in tests/test_fuzz_catalog.py for: "
+        "add a baseline recipe (a valid call) to RECIPES in tests/sql/test_fuzz_catalog.py for: "
         + ", ".join(missing)
     )
     unknown = [

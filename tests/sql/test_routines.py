@@ -2,9 +2,9 @@
 scenarios 38-49 and 55 of DOMAIN.md §5 as outcomes returned by SQL, template
 rendering, the cron claim, bad input (nothing written) and roles. The wakeup
 scenarios (50-54, 56) are in test_wakeups.py, the races in
-test_routines_races.py, the clients in test_routines_client.py.
+test_routines_races.py, the clients in tests/client/test_routines_client.py.
 
-The helpers here are shared by the other routine test modules."""
+The helpers it shares with them are in tests/scenarios/routines.py."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from controlplane import schema
 
 # `sha256sum` lines, relative to sql/; a line is added when its version is
 # frozen and never changed.
-PINS = Path(__file__).parent / "vectors" / "released.sha256"
+PINS = Path(__file__).resolve().parents[1] / "vectors" / "released.sha256"
 
 
 def pinned() -> dict[str, str]:

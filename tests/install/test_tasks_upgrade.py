@@ -1,7 +1,7 @@
 """Schema 0.2.0 -> 0.3.0: tasks and the event outbox arrive on a database
 that already queues runs, through ALTER EXTENSION and through yoyo; the
 rows written before stay, and the new objects work at once. (The catalog
-equality of fresh and upgraded installs is tests/test_install_paths.py.)"""
+equality of fresh and upgraded installs is tests/install/test_install_paths.py.)"""
 
 from __future__ import annotations
 

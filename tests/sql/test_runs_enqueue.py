@@ -442,7 +442,7 @@ def test_s15_an_empty_agent_id_never_reaches_the_queue(db: Conn, agent: str) -> 
 
 
 # ---------------------------------------------------------------------------
-# Scenarios 69-74: entry-triggered runs (73 needs schema 0.1.0: test_upgrade.py)
+# Scenarios 69-74: entry-triggered runs (73 needs schema 0.1.0: tests/install/test_upgrade.py)
 
 
 def test_s69_two_entry_runs_stay_separate(db: Conn, agent: str) -> None:
@@ -784,7 +784,7 @@ def test_reason_and_task_id_of_200_characters_are_accepted(db: Conn, agent: str)
 # ---------------------------------------------------------------------------
 # NOTIFY office_runs: after a queued insert only, the agent id as payload
 # (0.4.0; 0.3.0 sent the run id). These tests set office.notify = every; the
-# edge default is tested in tests/test_runs_notify.py.
+# edge default is tested in tests/sql/test_runs_notify.py.
 
 
 def test_notify_only_for_queued_runs(db: Conn, dsn: str, agent: str) -> None:

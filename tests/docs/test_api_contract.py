@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 
-API = Path(__file__).resolve().parents[1].parent / "shared" / "design" / "API.md"
+API = Path(__file__).resolve().parents[2].parent / "shared" / "design" / "API.md"
 
 pytestmark = pytest.mark.skipif(not API.exists(), reason=f"{API} is not there")
 

@@ -1,9 +1,9 @@
 """Tasks and assignment generations (API.md §2; DOMAIN.md §2.8-§2.12):
 scenarios 16-21 and 27-31 of DOMAIN.md §5 as outcomes returned by SQL, the
 create path, the readers, bad input and roles. The event-subscriber scenarios
-(22-26, 29) are in test_subscriber.py, the races in test_tasks_races.py.
+(22-26, 29) are in tests/daemon/test_subscriber.py, the races in test_tasks_races.py.
 
-The helpers here are shared by the other task test modules."""
+The helpers it shares with them are in tests/scenarios/tasks.py."""
 
 from __future__ import annotations
 

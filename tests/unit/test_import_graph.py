@@ -1,4 +1,5 @@
-"""The controlplane package has no import cycle (pure Python, no server).
+"""The controlplane package has no import cycle, and no test module imports
+another (pure Python, no server).
 
 Every module is imported on its own, and the graph of its imports of other
 controlplane modules - read with ``ast``, wherever in the module they are,
@@ -102,3 +103,52 @@ def test_the_import_graph_has_no_cycle() -> None:
 def test_the_cycle_finder_finds_one() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}
     assert find_cycle(graph) == ["a", "b", "c", "a"]
+
+
+# --- the tests: no test module imports another --------------------------------------
+
+TESTS = Path(__file__).resolve().parents[1]
+
+
+def imported_test_modules(path: Path, root: Path = TESTS.parent) -> set[str]:
+    """The ``test_*`` modules that the module at ``path`` (under ``root``, the
+    directory holding the ``tests`` package) imports, relative imports resolved."""
+    package = ".".join(path.relative_to(root).with_suffix("").parts[:-1])
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.rsplit(".", node.level - 1)[0]
+                base = f"{anchor}.{base}" if base else anchor
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return {module for module in found if module.rpartition(".")[2].startswith("test_")}
+
+
+def test_no_test_module_imports_another() -> None:
+    # What several test modules share lives in tests/harness.py and
+    # tests/scenarios/: importing a test module would also import its tests
+    # into the importer's namespace, where pytest collects them a second time.
+    importing = {
+        str(path.relative_to(TESTS)): sorted(imported_test_modules(path))
+        for path in sorted(TESTS.rglob("*.py"))
+    }
+    assert {path: found for path, found in importing.items() if found} == {}
+
+
+def test_the_test_import_finder_finds_them(tmp_path: Path) -> None:
+    sample = tmp_path / "tests" / "sql" / "test_sample.py"
+    sample.parent.mkdir(parents=True)
+    sample.write_text(
+        "from tests.sql.test_tasks import call\n"
+        "from . import test_runs_keys\n"
+        "from ..scenarios import tasks\n"
+        "import tests.harness\n"
+    )
+    assert imported_test_modules(sample, tmp_path) == {
+        "tests.sql.test_tasks",
+        "tests.sql.test_runs_keys",
+    }

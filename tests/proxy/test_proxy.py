@@ -14,7 +14,7 @@ import pytest
 from controlplane import proxy as proxy_sql
 from controlplane import schema
 from tests import harness
-from tests.proxy_topology import PARTITIONS, Topology, plproxy_missing, topology
+from tests.proxy.topology import PARTITIONS, Topology, plproxy_missing, topology
 
 _MISSING = plproxy_missing()
 pytestmark = pytest.mark.skipif(_MISSING is not None, reason=_MISSING or "")

@@ -1,6 +1,6 @@
 """``controlplane.worker`` as a library: ``Worker`` and ``AsyncWorker`` in
 this process, against real PostgreSQL (the command's behaviour is in
-``tests/test_worker.py``)."""
+``tests/daemon/test_worker.py``)."""
 
 from __future__ import annotations
 

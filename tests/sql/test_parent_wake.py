@@ -4,7 +4,7 @@ marks that keep the sweep's cost to the touched parents, bad input and roles.
 The races are in test_parent_wake_races.py, the property test in
 test_parent_wake_property.py.
 
-The helpers here are shared by the other parent-wake test modules."""
+The helpers it shares with them are in tests/scenarios/parent_wake.py."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ import pytest
 from controlplane import schema
 from tests import harness
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OPERATIONS = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 PG_CRON = Path("/usr/lib/postgresql/15/lib/pg_cron.so")

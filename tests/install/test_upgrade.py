@@ -5,7 +5,7 @@ bulk key) and enqueues fine (DOMAIN.md §5 scenario 73 at the SQL level);
 after ALTER EXTENSION office UPDATE (or the second yoyo migration) rows
 written before read false and stay legal coalesce targets (scenario 74) and
 the exclusion works (scenarios 69-71). The catalog equality of a fresh and an
-upgraded install is tests/test_install_paths.py."""
+upgraded install is tests/install/test_install_paths.py."""
 
 from __future__ import annotations
 

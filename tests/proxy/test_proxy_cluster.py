@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from controlplane.cli import main
 from tests import harness
-from tests.proxy_topology import _create_database, _drop_database, _local, plproxy_missing
+from tests.proxy.topology import _create_database, _drop_database, _local, plproxy_missing
 
 _MISSING = plproxy_missing()
 pytestmark = pytest.mark.skipif(_MISSING is not None, reason=_MISSING or "")
