@@ -35,8 +35,6 @@ PG_ISOLATION_REGRESS = Path(
         "/usr/lib/postgresql/15/lib/pgxs/src/test/isolation/pg_isolation_regress",
     )
 )
-
-
 PG15_BIN = Path("/usr/lib/postgresql/15/bin")
 
 

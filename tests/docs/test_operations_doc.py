@@ -9,10 +9,8 @@ minute, so the wait is up to about a minute)."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -56,71 +54,23 @@ DATABASE = re.search(r"^cron\.database_name = '(\w+)'", CONF[0], re.M).group(1) 
 SWEEP_JOB = "office-sweep-stuck-parents"
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _as_postgres(*args: str) -> None:
-    subprocess.run(["runuser", "-u", "postgres", "--", *args], check=True, capture_output=True)
-
-
 @pytest.fixture(scope="module")
 def cron_cluster() -> Iterator[str]:
     """A PostgreSQL 15 cluster started with the documented conf lines; yields
     the URL of its office database (office installed, pg_cron not yet)."""
     assert PG_CRON.is_file(), "pg_cron is not installed: `make deps` installs postgresql-15-cron"
-    home = Path("/dev/shm") / f"office-cron-test-{os.getpid()}"
-    data = home / "data"
-    port = _free_port()
-    shutil.rmtree(home, ignore_errors=True)
-    home.mkdir(parents=True)
-    shutil.chown(home, "postgres", "postgres")
+    cluster = harness.Cluster(PG_BIN)
     try:
-        _as_postgres(
-            str(PG_BIN / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8"
-        )
-        with (data / "postgresql.conf").open("a", encoding="utf-8") as conf:
+        with (cluster.data / "postgresql.conf").open("a", encoding="utf-8") as conf:
             conf.write("\n# docs/operations.md\n" + "".join(CONF))
-        _as_postgres(
-            str(PG_BIN / "pg_ctl"),
-            "-D",
-            str(data),
-            "-w",
-            "-l",
-            str(home / "log"),
-            "-o",
-            f"-p {port} -c listen_addresses=127.0.0.1 -k {home} -c fsync=off"
-            " -c synchronous_commit=off -c full_page_writes=off",
-            "start",
-        )
-        server = f"postgresql://postgres@127.0.0.1:{port}"
-        with psycopg.connect(f"{server}/postgres", autocommit=True) as admin:
+        cluster.start()
+        with psycopg.connect(cluster.url(), autocommit=True) as admin:
             admin.execute(f"CREATE DATABASE {DATABASE}")
-        with psycopg.connect(f"{server}/{DATABASE}", autocommit=True) as conn:
+        with psycopg.connect(cluster.url(DATABASE), autocommit=True) as conn:
             conn.execute(schema.plain_sql(schema.install_script()).encode())
-        yield f"{server}/{DATABASE}"
+        yield cluster.url(DATABASE)
     finally:
-        if (data / "postmaster.pid").exists():
-            subprocess.run(
-                [
-                    "runuser",
-                    "-u",
-                    "postgres",
-                    "--",
-                    str(PG_BIN / "pg_ctl"),
-                    "-D",
-                    str(data),
-                    "-m",
-                    "immediate",
-                    "-w",
-                    "stop",
-                ],
-                check=False,
-                capture_output=True,
-            )
-        shutil.rmtree(home, ignore_errors=True)
+        cluster.destroy()
 
 
 def _psql(url: str, script: str) -> str:

@@ -14,14 +14,9 @@ import psycopg
 import pytest
 
 from controlplane import embedded, schema
+from tests import harness
 
 OFFICECTL = str(Path(sys.executable).with_name("officectl"))
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.fixture
@@ -45,7 +40,7 @@ def _officectl(
 
 
 def test_start_reuse_stop_reset(home: Path) -> None:
-    database = embedded.EmbeddedDatabase(home, port=_free_port())
+    database = embedded.EmbeddedDatabase(home, port=harness.free_port())
     first = database.ensure_running()
     assert first.running and first.server_version.startswith("18")
     with psycopg.connect(first.url) as conn:
@@ -69,7 +64,7 @@ def test_start_reuse_stop_reset(home: Path) -> None:
 
 
 def test_the_cli_uses_the_embedded_database_without_a_dsn(home: Path) -> None:
-    port = _free_port()
+    port = harness.free_port()
     result = _officectl(home, "migrate", port=port)
     assert result.returncode == 0, result.stderr
     assert f"127.0.0.1:{port}" in result.stderr  # it says where the database is
@@ -107,7 +102,7 @@ def test_an_unusable_data_directory_is_one_clear_line(tmp_path: Path) -> None:
     blocker.write_text("")
     home = blocker / "office"
     with pytest.raises(embedded.EmbeddedError, match=f"data directory {home} is not usable"):
-        embedded.EmbeddedDatabase(home, port=_free_port()).ensure_running()
+        embedded.EmbeddedDatabase(home, port=harness.free_port()).ensure_running()
 
     result = _officectl(home, "db", "url")
     assert result.returncode == 1
@@ -134,7 +129,7 @@ def test_server_errors_are_one_line_with_the_sqlstate(dsn: str) -> None:
 
 
 def test_an_older_schema_is_upgraded_when_the_database_is_used(home: Path) -> None:
-    database = embedded.EmbeddedDatabase(home, port=_free_port())
+    database = embedded.EmbeddedDatabase(home, port=harness.free_port())
     url = database.ensure_running().url
     oldest = schema.upgrade_steps()[0][0]
     with psycopg.connect(url, autocommit=True) as conn:
@@ -161,7 +156,7 @@ def test_a_home_inside_a_private_root_directory_works() -> None:
     private.chmod(0o700)
     home = private / "share" / "office"
     try:
-        status = embedded.EmbeddedDatabase(home, port=_free_port()).ensure_running()
+        status = embedded.EmbeddedDatabase(home, port=harness.free_port()).ensure_running()
         with psycopg.connect(status.url) as conn:
             assert conn.execute("SELECT office.schema_version()").fetchone() == (
                 schema.current_version(),
