@@ -13,11 +13,12 @@ PG_CONFIG   ?= /usr/lib/postgresql/15/bin/pg_config
 DEB_PACKAGES := postgresql-15 postgresql-client-15 postgresql-15-cron postgresql-15-plproxy \
                 chromium chromium-driver
 
-.PHONY: help deps venv install demo test test-fast verify generate lint typecheck bench clean
+.PHONY: help deps venv install demo test test-unit test-fast verify generate lint typecheck bench clean
 
 help:
 	@echo "make demo   run the product on the embedded PostgreSQL"
-	@echo "make test   everything CI runs: both PostgreSQL versions, ruff, mypy"
+	@echo "make test   everything CI runs: the unit tier, both PostgreSQL versions, ruff, mypy"
+	@echo "make test-unit  the unit tier alone (tests/unit: seconds, no PostgreSQL needed)"
 	@echo "make install  install the extension into PG_CONFIG's PostgreSQL (PGXS)"
 	@echo "make verify   fail, with a diff, when a committed generated file is stale"
 	@echo "make generate rewrite the committed generated files (docs/reference.md, the proxy script)"
@@ -50,6 +51,11 @@ demo: venv
 
 test: deps venv
 	bash tests/run_suite.sh
+
+# tests/unit needs no server (its conftest refuses the database fixtures);
+# `make test` runs it first, on its own, before starting any cluster.
+test-unit: venv
+	$(BIN)/pytest -p no:cacheprovider -q tests/unit
 
 # The committed generated files (tools/generated.py lists them) against their
 # generators, on the server of OFFICE_DSN (else the embedded database).

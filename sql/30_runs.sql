@@ -34,7 +34,7 @@
 -- kept by every long-lived session until the next analyze: each lookup then
 -- reads the whole table, and enqueue slows down as the queue grows. Every
 -- statement of the hot-path functions below is a keyed lookup that an index
--- serves, so they run with enable_seqscan = off (tests/test_runs_plans.py).
+-- serves, so they run with enable_seqscan = off (tests/sql/test_runs_plans.py).
 
 CREATE TYPE office.enqueue_result AS (outcome text, dedup_kind text, run_id text);
 COMMENT ON TYPE office.enqueue_result IS

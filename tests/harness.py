@@ -1,16 +1,20 @@
-"""Helpers every test module may use: connection facts, concurrent callers,
+"""Helpers every test module may use: connection facts, one-value queries,
+bounded waits, concurrent callers, throwaway clusters, table-read counters,
 and the isolation-spec runner."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -31,11 +35,50 @@ PG_ISOLATION_REGRESS = Path(
         "/usr/lib/postgresql/15/lib/pgxs/src/test/isolation/pg_isolation_regress",
     )
 )
+PG15_BIN = Path("/usr/lib/postgresql/15/bin")
+
+
+def pg_bindir() -> Path:
+    """The binaries of the test cluster's PostgreSQL (for a throwaway cluster)."""
+    explicit = os.environ.get("OFFICE_TEST_PG_BINDIR")
+    if explicit:
+        return Path(explicit)
+    pg_config = os.environ.get("PG_CONFIG")
+    if pg_config:
+        out = subprocess.run([pg_config, "--bindir"], check=True, capture_output=True, text=True)
+        return Path(out.stdout.strip())
+    return PG15_BIN
 
 
 def conninfo(dbname: str) -> str:
     """A libpq URL for ``dbname`` on the test cluster."""
     return f"postgresql://{USER}@{HOST}:{PORT}/{dbname}"
+
+
+def scalar(conn: psycopg.Connection[Any], query: str, params: Any = None) -> Any:
+    """The first column of the one row ``query`` returns."""
+    row = conn.execute(query, params).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def utc(
+    year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0
+) -> datetime:
+    """An aware UTC datetime."""
+    return datetime(year, month, day, hour, minute, second, tzinfo=UTC)
+
+
+def wait_for(condition: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
+    """Poll ``condition`` until it returns something truthy (bounded)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what} after {timeout:.0f} s")
+        time.sleep(0.05)
 
 
 @dataclass
@@ -146,3 +189,105 @@ def run_isolation_spec(
         diffs_file = workdir / "regression.diffs"
         diffs = diffs_file.read_text() if diffs_file.exists() else ""
         return IsolationResult(result.returncode == 0, result.stdout + result.stderr, diffs)
+
+
+def _as_postgres(cmd: list[str]) -> list[str]:
+    """Run as the ``postgres`` OS user when root (initdb and the server refuse root)."""
+    return ["runuser", "-u", "postgres", "--", *cmd] if os.getuid() == 0 else cmd
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Cluster:
+    """A throwaway PostgreSQL cluster (data on /dev/shm, a free port), for the
+    tests that stop and start a server under a client: the suite's own cluster
+    must never be restarted under the other tests."""
+
+    def __init__(self, bindir: Path) -> None:
+        base = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
+        self.dir = Path(tempfile.mkdtemp(prefix=f"office-pg-{os.getpid()}-", dir=base))
+        if os.getuid() == 0:
+            shutil.chown(self.dir, "postgres", "postgres")
+        self.bindir = bindir
+        self.data = self.dir / "data"
+        self.port = free_port()
+        self._pg("initdb", "-D", str(self.data), "-U", USER, "--auth=trust", "-E", "UTF8")
+
+    def _pg(self, tool: str, *args: str, check: bool = True) -> None:
+        subprocess.run(
+            _as_postgres([str(self.bindir / tool), *args]),
+            check=check,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE if check else subprocess.DEVNULL,
+        )
+
+    def start(self, *, tcp: bool = True) -> None:
+        """Start; with ``tcp`` False it listens on its Unix socket only, so a
+        client of the TCP URL finds it still down."""
+        listen = "127.0.0.1" if tcp else "''"
+        options = (
+            f"-p {self.port} -c listen_addresses={listen} -k {self.dir} -c fsync=off"
+            " -c synchronous_commit=off -c full_page_writes=off -c max_connections=100"
+        )
+        log = str(self.dir / "log")
+        self._pg("pg_ctl", "-D", str(self.data), "-w", "-l", log, "-o", options, "start")
+
+    def stop(self) -> None:
+        self._pg("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def url(self, dbname: str = "postgres") -> str:
+        return f"postgresql://{USER}@127.0.0.1:{self.port}/{dbname}"
+
+    def socket_url(self, dbname: str = "postgres") -> str:
+        return f"postgresql://{USER}@/{dbname}?host={self.dir}&port={self.port}"
+
+    def conninfo(self, dbname: str) -> str:
+        return f"host=127.0.0.1 port={self.port} user={USER} dbname={dbname}"
+
+    def destroy(self) -> None:
+        if (self.data / "postmaster.pid").exists():
+            self._pg("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop", check=False)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@contextmanager
+def throwaway_cluster(bindir: Path | None = None) -> Iterator[Cluster]:
+    """A started :class:`Cluster` of ``bindir`` (default: :func:`pg_bindir`),
+    destroyed on the way out."""
+    cluster = Cluster(bindir or pg_bindir())
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.destroy()
+
+
+@dataclass(frozen=True)
+class TableReads:
+    seq_scan: int
+    idx_tup_fetch: int
+
+
+@contextmanager
+def table_reads(conn: psycopg.Connection[Any]) -> Iterator[dict[str, TableReads]]:
+    """What the statements of the block read of each office table, filled in
+    when the block ends: sequential scans and index fetches, the delta of
+    ``pg_stat_xact_user_tables`` across the block, which runs in one
+    transaction (the counters a backend has not flushed yet carry earlier
+    transactions' reads too, so only a delta is this block's)."""
+    query = (
+        "SELECT relname, seq_scan, coalesce(idx_tup_fetch, 0) FROM pg_stat_xact_user_tables"
+        " WHERE schemaname = 'office'"
+    )
+    reads: dict[str, TableReads] = {}
+    with conn.transaction():
+        before = {name: (scans, fetches) for name, scans, fetches in conn.execute(query)}
+        yield reads
+        for name, scans, fetches in conn.execute(query):
+            was = before.get(name, (0, 0))
+            reads[name] = TableReads(scans - was[0], fetches - was[1])

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # The whole test run behind `make test`:
-#   1. install the extension into PostgreSQL 15 (PGXS) and start a throwaway
+#   1. the unit tier (tests/unit), pure Python, pointed at a port nothing
+#      listens on: it needs no server, and a failure there stops the run
+#      before any cluster is started;
+#   2. install the extension into PostgreSQL 15 (PGXS) and start a throwaway
 #      PostgreSQL 15 cluster as the `postgres` OS user, data on /dev/shm;
-#   2. `make verify` on it (the committed generated files are current), then
-#      run pytest against it;
-#   3. start the embedded PostgreSQL 18 (the same code `officectl` uses for its
-#      default database, with its home on /dev/shm) and run pytest again;
-#   4. ruff and mypy --strict.
+#   3. `make verify` on it (the committed generated files are current), then
+#      run the other tiers of pytest against it;
+#   4. start the embedded PostgreSQL 18 (the same code `officectl` uses for its
+#      default database, with its home on /dev/shm) and run them again;
+#   5. ruff and mypy --strict.
 # Clusters are stopped on every exit path; the exit status is non-zero if any
 # step failed.
 set -uo pipefail
@@ -64,10 +67,17 @@ start_pg18() {
         --set fsync=off --set synchronous_commit=off --set full_page_writes=off --set max_connections=200
 }
 
-run_pytest() {  # run_pytest PORT LABEL
+run_pytest() {  # run_pytest PORT LABEL: every tier but the unit one
     OFFICE_TEST_HOST=127.0.0.1 OFFICE_TEST_PORT=$1 OFFICE_TEST_USER=postgres OFFICE_TEST_LABEL=$2 \
-        "$BIN/pytest" -p no:cacheprovider -q
+        "$BIN/pytest" -p no:cacheprovider -q --ignore=tests/unit tests
 }
+
+echo "=== unit tier (no server)"
+if ! env -u OFFICE_TEST_EXTENSION_DIR OFFICE_TEST_HOST=127.0.0.1 OFFICE_TEST_PORT="$(free_port)" \
+        "$BIN/pytest" -p no:cacheprovider -q tests/unit; then
+    echo "make test: FAILED: unit tier (the server tiers were not run)"
+    exit 1
+fi
 
 if start_pg15; then
     step "make verify" make --no-print-directory verify \

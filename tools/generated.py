@@ -6,9 +6,9 @@
 Each file has one generator, the same function its test uses:
 
 - ``docs/reference.md``: :func:`tools.reference.render` of a fresh install
-  (``tests/test_reference.py``);
+  (``tests/docs/test_reference.py``);
 - ``sql/proxy/office_proxy--<version>.sql``: :func:`controlplane.proxy.generate`
-  of a shard's catalog, here a fresh install (``tests/test_proxy.py`` compares
+  of a shard's catalog, here a fresh install (``tests/proxy/test_proxy.py`` compares
   it with the shards of its topology, where PL/Proxy is installed).
 
 Both need a PostgreSQL server: ``--dsn`` (default ``OFFICE_DSN``, else the

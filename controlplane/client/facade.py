@@ -9,7 +9,7 @@ the flow's ``Flow[...]`` wrapper) and docstring are the operation's, so
 operation's parameters (a ``ParamSpec``) and its result type.
 
 Two tables of one-liners rather than one table: a blocking and an awaitable
-result cannot share one static type; ``tests/test_client_facades.py`` checks
+result cannot share one static type; ``tests/unit/test_client_facades.py`` checks
 that both tables and :class:`~controlplane.client.operations.Operations`
 name the same methods.
 """

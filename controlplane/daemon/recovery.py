@@ -20,7 +20,7 @@ are recovered. Prune has no row to set aside: its DELETEs compare a status
 and a time (never compute with a stored value), no foreign key points at
 runs or events, and the only trigger they fire (the parent-wake marks of
 deleted runs, per statement) inserts parent ids it filters for NOT NULL -
-what a row holds cannot make them fail (tests/test_poison.py tries).
+what a row holds cannot make them fail (tests/daemon/test_poison.py tries).
 """
 
 from __future__ import annotations

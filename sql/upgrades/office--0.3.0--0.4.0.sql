@@ -1,7 +1,7 @@
 \echo Use "ALTER EXTENSION office UPDATE TO '0.4.0'" to load this file. \quit
 -- office 0.3.0 -> 0.4.0, written by hand: exactly the statements that take a
 -- 0.3.0 database to what the capability files install from nothing
--- (tests/test_install_paths.py compares the two catalogs). Sections follow the
+-- (tests/install/test_install_paths.py compares the two catalogs). Sections follow the
 -- capability files.
 --
 -- An upgrade runs with the extension's recorded schema (public for a 0.3.0

@@ -1,0 +1,2 @@
+"""The benchmarks' own correctness (``bench/peers.py``); skipped without the
+bench extra."""

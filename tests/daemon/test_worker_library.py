@@ -1,0 +1,208 @@
+"""``controlplane.worker`` as a library: ``Worker`` and ``AsyncWorker`` in
+this process, against real PostgreSQL (the command's behaviour is in
+``tests/daemon/test_worker.py``)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from typing import Any
+
+import psycopg
+import pytest
+from prometheus_client import CollectorRegistry
+
+from controlplane.aio import AsyncOffice
+from controlplane.client import Office
+from controlplane.models import Run
+from controlplane.worker import (
+    AsyncWorker,
+    HandlerError,
+    Retry,
+    Worker,
+    failure_text,
+    load_handler,
+)
+from tests.harness import wait_for
+
+
+def _setup(db: psycopg.Connection[Any], runs: int = 1) -> list[str]:
+    db.execute("SELECT office.upsert_agent('a1', 'ws')")
+    return [
+        str(
+            db.execute(
+                "SELECT run_id FROM office.enqueue_run('a1', 'task_comment',"
+                " idempotency_key => %s)",
+                (f"task_comment:c{i}:a1",),
+            ).fetchone()[0]  # type: ignore[index]
+        )
+        for i in range(runs)
+    ]
+
+
+def _status(db: psycopg.Connection[Any], run_id: str) -> tuple[Any, ...]:
+    row = db.execute(
+        "SELECT status, attempt, error_message FROM office.runs WHERE id = %s", (run_id,)
+    ).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+def _lost_warnings(caplog: pytest.LogCaptureFixture, run_id: str) -> list[logging.LogRecord]:
+    return [
+        r
+        for r in caplog.records
+        if r.name == "controlplane.worker" and r.levelno == logging.WARNING and run_id in r.message
+    ]
+
+
+def test_a_handler_that_stops_the_worker(db: psycopg.Connection[Any], dsn: str) -> None:
+    (run_id,) = _setup(db)
+    seen: list[Run] = []
+    with Office(dsn) as office:
+
+        def handle(run: Run) -> None:
+            seen.append(run)
+            worker.stop()
+
+        worker = Worker(office, handle, poll=0.1, registry=CollectorRegistry())
+        worker.run()  # returns: stopped from the handler, outside the main thread's signals
+    assert [r.id for r in seen] == [run_id]
+    assert seen[0].attempt == 1 and seen[0].claimed_by == worker.worker_id
+    assert _status(db, run_id) == ("finished", 1, None)
+
+
+def test_a_sync_handler_whose_run_is_cancelled_finishes_but_writes_nothing(
+    db: psycopg.Connection[Any], dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "controlplane.worker")
+    (run_id,) = _setup(db)
+    release, ended = threading.Event(), threading.Event()
+
+    def handle(run: Run) -> None:
+        release.wait(30)
+        ended.set()
+
+    with Office(dsn) as office:
+        worker = Worker(office, handle, heartbeat=0.2, poll=0.1, registry=CollectorRegistry())
+        thread = threading.Thread(target=worker.run)
+        thread.start()
+        try:
+            wait_for(lambda: _status(db, run_id)[0] == "claimed", "the claim")
+            assert db.execute("SELECT office.cancel_run(%s, 'not needed')", (run_id,)).fetchone()
+            wait_for(lambda: _lost_warnings(caplog, run_id), "the heartbeat to tell")
+            release.set()  # the sync handler was left to run: it ends now
+            wait_for(ended.is_set, "the handler to end")
+        finally:
+            release.set()
+            worker.stop()
+            thread.join(30)
+    assert not thread.is_alive()
+    assert _status(db, run_id)[0] == "cancelled"
+    assert len(_lost_warnings(caplog, run_id)) == 1
+
+
+async def test_an_async_handler_whose_run_is_cancelled_is_cancelled(
+    db: psycopg.Connection[Any], dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "controlplane.worker")
+    (run_id, other) = _setup(db, 2)
+    cancelled: list[str] = []
+    done: list[str] = []
+
+    async def handle(run: Run) -> None:
+        if run.id == other:
+            done.append(run.id)
+            return
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.append(run.id)
+            raise
+
+    async with AsyncOffice(dsn) as office:
+        worker = AsyncWorker(office, handle, heartbeat=0.2, poll=0.1, registry=CollectorRegistry())
+        task = asyncio.create_task(worker.run())
+        for _ in range(600):
+            if _status(db, run_id)[0] == "claimed":
+                break
+            await asyncio.sleep(0.05)
+        db.execute("SELECT office.cancel_run(%s, 'not needed')", (run_id,))
+        for _ in range(600):  # the worker goes on: the agent's next run
+            if done:
+                break
+            await asyncio.sleep(0.05)
+        # stop() is a plain method, callable from another thread.
+        threading.Thread(target=worker.stop).start()
+        await asyncio.wait_for(task, 30)
+    assert cancelled == [run_id] and done == [other]
+    assert _status(db, run_id)[0] == "cancelled"
+    assert _status(db, other) == ("finished", 1, None)
+    assert len(_lost_warnings(caplog, run_id)) == 1
+
+
+async def test_async_worker_retry_and_failure(db: psycopg.Connection[Any], dsn: str) -> None:
+    retried, failed = _setup(db, 2)
+
+    async def handle(run: Run) -> None:
+        if run.id == retried:
+            raise Retry(3600)
+        raise KeyError("missing")
+
+    async with AsyncOffice(dsn) as office:
+        worker = AsyncWorker(office, handle, poll=0.1, registry=CollectorRegistry())
+        task = asyncio.create_task(worker.run())
+        for _ in range(600):
+            if _status(db, failed)[0] == "failed":
+                break
+            await asyncio.sleep(0.05)
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+    assert _status(db, retried) == ("queued", 1, None)
+    assert _status(db, failed) == ("failed", 1, "KeyError: 'missing'")
+
+
+def test_the_wrong_kind_of_handler_or_bad_settings_are_refused(dsn: str) -> None:
+    async def coroutine(run: Run) -> None:
+        pass
+
+    def plain(run: Run) -> None:
+        pass
+
+    with Office(dsn) as office:
+        with pytest.raises(TypeError, match="AsyncWorker"):
+            Worker(office, coroutine)
+        bads: list[dict[str, Any]] = [
+            {"concurrency": 0},
+            {"heartbeat": 0},
+            {"poll": -1},
+            {"grace": -1},
+        ]
+        for bad in bads:
+            with pytest.raises(ValueError, match=next(iter(bad))):
+                Worker(office, plain, **bad)
+    with pytest.raises(TypeError, match="async def"):
+        AsyncWorker(AsyncOffice(dsn), plain)  # type: ignore[arg-type]
+
+
+def test_retry_delays_and_failure_texts() -> None:
+    assert Retry(2.5).delay == 2.5
+    for bad in (-1, float("nan"), float("inf"), 1e12):
+        with pytest.raises(ValueError, match="Retry delay"):
+            Retry(bad)
+    assert failure_text(ValueError("boom")) == "ValueError: boom"
+    assert failure_text(RuntimeError("a\x00b")) == "RuntimeError: a\\x00b"
+    text = failure_text(ValueError("€" * 30_000))  # 3 bytes each: the cut falls inside one
+    assert len(text.encode()) <= 64 * 1024 and text.endswith("€")
+    assert len(text.encode()) > 64 * 1024 - 3
+
+
+def test_load_handler_names_what_failed(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "mod_ok.py").write_text("class K:\n    def m(self, run): pass\nk = K()\n")
+    monkeypatch.chdir(tmp_path)
+    assert callable(load_handler("mod_ok:k.m"))
+    with pytest.raises(HandlerError, match="'mod_ok' has no attribute 'nope'"):
+        load_handler("mod_ok:nope")
+    with pytest.raises(HandlerError, match="module:function"):
+        load_handler("mod_ok")

@@ -1,0 +1,1 @@
+"""What a user sees: the dashboard (``officectl ui``) and ``officectl demo``."""
