@@ -210,7 +210,7 @@ _ID_SETS: tuple[tuple[str, str], ...] = (
 )
 
 # Every office table that holds workspace data, in foreign-key order (parents
-# first), with the rows of the moved workspaces. tests/test_proxy_move.py
+# first), with the rows of the moved workspaces. tests/proxy/test_proxy_move.py
 # checks this list plus STAYING against the catalog, so a new table cannot be
 # forgotten.
 MOVED_TABLES: tuple[tuple[str, str], ...] = (

@@ -118,3 +118,18 @@ def topology(name: str) -> Iterator[Topology]:
             partition_shard=[p % 2 for p in range(PARTITIONS)],
             cluster=cluster,
         )
+
+
+def workspaces(topo: Topology) -> list[str]:
+    """A workspace of each shard, in shard order."""
+    found: dict[int, str] = {}
+    n = 0
+    while len(found) < len(topo.shards):
+        found.setdefault(topo.shard_of_workspace(f"ws{n}"), f"ws{n}")
+        n += 1
+    return [found[i] for i in range(len(topo.shards))]
+
+
+def labels(topo: Topology) -> list[str]:
+    """The shards' names in the daemon's logs and metrics: their dbname."""
+    return [s.rsplit("dbname=", 1)[1] for s in topo.shards]

@@ -15,7 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.harness import wait_for
+import psycopg
+
+from controlplane import keys
+from tests.harness import scalar, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 OFFICECTL = Path(sys.executable).parent / "officectl"
@@ -95,3 +98,59 @@ def daemon(dsn: str, *options: str) -> Iterator[DaemonProcess]:
             proc.kill()
             proc.wait()
         Path(name).unlink(missing_ok=True)
+
+
+def make_assignment_backlog(
+    db: psycopg.Connection[Any], prefix: str, tasks: int, agents: int, workspace: str = "ws"
+) -> None:
+    """``tasks`` Office tasks of ``workspace`` assigned by a plain UPDATE: one
+    task.assigned event each and no run - the subscriber is the only producer."""
+    for i in range(agents):
+        db.execute("SELECT office.upsert_agent(%s, %s)", (f"{prefix}-agent-{i}", workspace))
+    db.execute(
+        "SELECT office.create_task(%s, id => %s || '-task-' || n) FROM generate_series(1, %s) n",
+        (workspace, prefix, tasks),
+    )
+    db.execute(
+        """UPDATE office.tasks SET assignee_agent_profile_id =
+                  %(prefix)s || '-agent-' || (split_part(id, '-task-', 2)::int %% %(agents)s)
+            WHERE id LIKE %(prefix)s || '-task-%%'""",
+        {"prefix": prefix, "agents": agents},
+    )
+
+
+def pending_events(db: psycopg.Connection[Any]) -> int:
+    return int(scalar(db, "SELECT count(*) FROM office.events WHERE processed_at IS NULL"))
+
+
+def assert_each_assignment_has_one_run(db: psycopg.Connection[Any], prefix: str) -> int:
+    """Every assignment of the prefix's tasks has exactly one run, carrying
+    its key, and no other task_assigned run exists for them."""
+    assignments = db.execute(
+        """SELECT id, assignee_agent_profile_id, assignment_generation FROM office.tasks
+            WHERE id LIKE %s || '-task-%%' ORDER BY id""",
+        (prefix,),
+    ).fetchall()
+    runs = dict(
+        db.execute(
+            """SELECT idempotency_key, count(*) FROM office.runs
+                WHERE reason = 'task_assigned' AND task_id LIKE %s || '-task-%%'
+                GROUP BY idempotency_key""",
+            (prefix,),
+        ).fetchall()
+    )
+    expected = {keys.assignment_key(t, a, g): 1 for t, a, g in assignments}
+    assert runs == expected
+    return len(expected)
+
+
+def assignment_dedups(db: psycopg.Connection[Any]) -> int:
+    """Suppressed task_assigned enqueues: non-zero only if an event was
+    handled twice (nothing else enqueues task_assigned in these tests)."""
+    return int(
+        scalar(
+            db,
+            """SELECT coalesce(sum(total), 0) FROM office.dedup_stats
+                WHERE queue = 'runs' AND reason = 'task_assigned'""",
+        )
+    )

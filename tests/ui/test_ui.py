@@ -28,6 +28,7 @@ from controlplane.migrate import migrate
 from controlplane.ui import app, chart, create_app
 from controlplane.ui.queries import PAGE_SIZE
 from tests import harness
+from tests.scenarios.ui import csrf_of, stat
 
 HOSTILE = "<script>alert('x')</script>\"'&"
 
@@ -60,18 +61,6 @@ def client(dsn: str, office: psycopg.Connection[Any]) -> Iterator[TestClient]:
 def actions(dsn: str, office: psycopg.Connection[Any]) -> Iterator[TestClient]:
     with TestClient(create_app(dsn, allow_actions=True)) as http:
         yield http
-
-
-def stat(html: str, name: str) -> int:
-    match = re.search(rf'data-stat="{re.escape(name)}">([0-9.]+)', html)
-    assert match, name
-    return int(float(match.group(1)))
-
-
-def csrf_of(html: str) -> str:
-    match = re.search(r'name="csrf" value="([^"]+)"', html)
-    assert match
-    return match.group(1)
 
 
 def test_overview_shows_the_databases_numbers(

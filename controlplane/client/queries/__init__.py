@@ -31,7 +31,7 @@ catalog).
 
 What stays elsewhere is administration, not office API calls: the catalog
 and admin statements of ``migrate``, ``embedded``, ``cluster``, ``proxy``
-and ``cli_base`` (``tests/test_no_raw_sql.py`` holds the list).
+and ``cli_base`` (``tests/unit/test_no_raw_sql.py`` holds the list).
 """
 
 from __future__ import annotations

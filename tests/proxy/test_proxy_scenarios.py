@@ -16,7 +16,7 @@ import pytest
 
 from controlplane import keys
 from tests import harness
-from tests.proxy_topology import Topology, plproxy_missing, topology
+from tests.proxy.topology import Topology, plproxy_missing, topology
 
 _MISSING = plproxy_missing()
 pytestmark = pytest.mark.skipif(_MISSING is not None, reason=_MISSING or "")

@@ -20,7 +20,7 @@ from psycopg import sql
 from controlplane import cluster
 from controlplane.cli import main
 from tests import harness
-from tests.proxy_topology import (
+from tests.proxy.topology import (
     PARTITIONS,
     Topology,
     _create_database,

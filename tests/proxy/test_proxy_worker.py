@@ -1,6 +1,6 @@
 """``officectl worker`` on a proxy DSN (API.md §8): it claims, heartbeats and
 writes outcomes through the proxy and LISTENs for the runs' NOTIFY on every
-shard of office_cluster (tests/proxy_topology.py). Skipped where PL/Proxy is
+shard of office_cluster (tests/proxy/topology.py). Skipped where PL/Proxy is
 not installed; every wait is a bounded poll for an outcome.
 """
 
@@ -15,10 +15,10 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from tests.proxy_topology import Topology, plproxy_missing, topology
-from tests.test_daemon import DaemonProcess, wait_for
-from tests.test_proxy_daemon import labels, workspaces
-from tests.test_worker import HANDLERS, Handlers, enqueue, worker
+from tests.harness import wait_for
+from tests.proxy.topology import Topology, labels, plproxy_missing, topology, workspaces
+from tests.scenarios.daemon import DaemonProcess
+from tests.scenarios.worker import HANDLERS, Handlers, enqueue, worker
 
 _MISSING = plproxy_missing()
 pytestmark = pytest.mark.skipif(_MISSING is not None, reason=_MISSING or "")

@@ -13,8 +13,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from controlplane.ui import create_app
-from tests.proxy_topology import Topology, plproxy_missing, topology
-from tests.test_ui import csrf_of, stat
+from tests.proxy.topology import Topology, plproxy_missing, topology
+from tests.scenarios.ui import csrf_of, stat
 
 _MISSING = plproxy_missing()
 pytestmark = pytest.mark.skipif(_MISSING is not None, reason=_MISSING or "")

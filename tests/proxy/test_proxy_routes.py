@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from tests import harness
-from tests.proxy_topology import PARTITIONS, Topology, plproxy_missing, topology
+from tests.proxy.topology import PARTITIONS, Topology, plproxy_missing, topology
 
 _MISSING = plproxy_missing()
 pytestmark = pytest.mark.skipif(_MISSING is not None, reason=_MISSING or "")

@@ -1,7 +1,7 @@
 """``officectl run`` on a proxy DSN (API.md §8): the loops run on every shard
-of office_cluster (tests/proxy_topology.py: two shards, four partitions).
+of office_cluster (tests/proxy/topology.py: two shards, four partitions).
 
-Daemons run as subprocesses, as in tests/test_daemon.py; the work is made on
+Daemons run as subprocesses, as in tests/daemon/test_daemon.py; the work is made on
 the shards directly (a plain UPDATE assigns tasks: one task.assigned event
 each and no run, so the subscriber is the only producer), and every wait is
 a bounded poll for an outcome. Skipped where PL/Proxy is not installed.
@@ -21,15 +21,14 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.proxy_topology import Topology, plproxy_missing, topology
-from tests.test_daemon import (
+from tests.harness import scalar, wait_for
+from tests.proxy.topology import Topology, labels, plproxy_missing, topology, workspaces
+from tests.scenarios.daemon import (
     assert_each_assignment_has_one_run,
     assignment_dedups,
     daemon,
     make_assignment_backlog,
     pending_events,
-    scalar,
-    wait_for,
 )
 
 _MISSING = plproxy_missing()
@@ -56,21 +55,6 @@ def shards(topo: Topology) -> Iterator[list[psycopg.Connection[Any]]]:
             stack.enter_context(psycopg.connect(s, autocommit=True, connect_timeout=5))
             for s in topo.shards
         ]
-
-
-def workspaces(topo: Topology) -> list[str]:
-    """A workspace of each shard, in shard order."""
-    found: dict[int, str] = {}
-    n = 0
-    while len(found) < len(topo.shards):
-        found.setdefault(topo.shard_of_workspace(f"ws{n}"), f"ws{n}")
-        n += 1
-    return [found[i] for i in range(len(topo.shards))]
-
-
-def labels(topo: Topology) -> list[str]:
-    """The shards' names in the daemon's logs and metrics: their dbname."""
-    return [s.rsplit("dbname=", 1)[1] for s in topo.shards]
 
 
 def acknowledged(db: psycopg.Connection[Any]) -> int:

@@ -1,6 +1,6 @@
 """``officectl doctor`` on a proxy DSN (API.md §8): every check on every shard
 of office_cluster, findings labelled by shard, and a problem (exit status 1)
-for a shard that is stopped or broken (tests/proxy_topology.py). Skipped
+for a shard that is stopped or broken (tests/proxy/topology.py). Skipped
 where PL/Proxy is not installed.
 """
 
@@ -15,9 +15,8 @@ import psycopg
 import pytest
 
 from controlplane import schema
-from tests.proxy_topology import Topology, plproxy_missing, topology
-from tests.test_daemon import OFFICECTL, ROOT
-from tests.test_proxy_daemon import labels
+from tests.proxy.topology import Topology, labels, plproxy_missing, topology
+from tests.scenarios.daemon import OFFICECTL, ROOT
 
 _MISSING = plproxy_missing()
 pytestmark = pytest.mark.skipif(_MISSING is not None, reason=_MISSING or "")
