@@ -504,9 +504,14 @@ GRANT EXECUTE ON FUNCTION office._run_bucket_lock(text, text, text, text, boolea
 -- agent's first run of the call, "other" queued runs are the ones that were
 -- there before the call, so all of the call's runs are left out of the edge
 -- probe; its later runs would find that first one and send nothing, so they
--- are skipped. (A loop with one IF per agent: a single set-based statement
--- measured 2-3x slower for the one-run call of enqueue_run, its planning or
--- its hash aggregate costing more than the probes.)
+-- are skipped. The runs are ones the caller has just inserted queued and due
+-- (enqueue_run, enqueue_runs, dispatch_wakeup), so an agent with k of them
+-- has another claimable run exactly when it has more than k queued due runs:
+-- a probe that reads at most k + 1 of its entries, where "not one of the
+-- call's ids" would compare every queued run with every id of the call
+-- (enqueue_runs of 1,000 runs: most of the signal's time). One run (the
+-- single enqueue) keeps its own probe: a set-based statement measured 2-3x
+-- slower there, its planning or its aggregate costing more than the probes.
 CREATE FUNCTION office._signal_runs(agent_profile_ids text[], run_ids text[]) RETURNS void
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -515,7 +520,6 @@ AS $$
 DECLARE
     v_mode  text := coalesce(nullif(current_setting('office.notify', true), ''), 'edge');
     v_agent text;
-    v_seen  text[] := '{}';
 BEGIN
     IF v_mode NOT IN ('edge', 'every', 'on') THEN
         IF v_mode = 'off' THEN
@@ -524,17 +528,38 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = '22023',
             MESSAGE = format('setting office.notify = %s must be edge, every or off', quote_literal(left(v_mode, 200)));
     END IF;
-    FOREACH v_agent IN ARRAY agent_profile_ids LOOP
-        CONTINUE WHEN v_agent = ANY (v_seen);
-        v_seen := v_seen || v_agent;
+    IF cardinality(agent_profile_ids) = 1 THEN
+        v_agent := agent_profile_ids[1];
         IF v_mode = 'edge'
            AND (EXISTS (SELECT FROM office.runs c WHERE c.agent_profile_id = v_agent AND c.status = 'claimed')
                 OR EXISTS (SELECT FROM office.runs q
                             WHERE q.agent_profile_id = v_agent AND q.status = 'queued'
-                              AND q.id <> ALL (run_ids)
+                              AND q.id <> run_ids[1]
                               AND (q.scheduled_retry_at IS NULL OR q.scheduled_retry_at <= now()))) THEN
-            CONTINUE;
+            RETURN;
         END IF;
+        PERFORM pg_notify('office_runs', v_agent);
+        RETURN;
+    END IF;
+    -- Each agent once, in the order of its first run; lateral probes (LIMIT
+    -- each), not EXISTS, which may become a hashed subplan over every
+    -- claimed run.
+    FOR v_agent IN
+        SELECT a.agent
+          FROM (SELECT u.agent, min(u.n) AS first, count(*) AS runs
+                  FROM unnest(agent_profile_ids) WITH ORDINALITY AS u(agent, n)
+                 GROUP BY u.agent) AS a
+          LEFT JOIN LATERAL (SELECT true AS busy FROM office.runs c
+                              WHERE v_mode = 'edge' AND c.agent_profile_id = a.agent AND c.status = 'claimed'
+                              LIMIT 1) AS c ON true
+          LEFT JOIN LATERAL (SELECT count(*) AS due
+                               FROM (SELECT FROM office.runs q
+                                      WHERE v_mode = 'edge' AND q.agent_profile_id = a.agent AND q.status = 'queued'
+                                        AND (q.scheduled_retry_at IS NULL OR q.scheduled_retry_at <= now())
+                                      LIMIT a.runs + 1) AS d) AS q ON true
+         WHERE c.busy IS NULL AND q.due <= a.runs
+         ORDER BY a.first
+    LOOP
         PERFORM pg_notify('office_runs', v_agent);
     END LOOP;
 END
@@ -916,7 +941,7 @@ BEGIN
             -- them. That is cheaper than looking every key up first, and than
             -- ON CONFLICT (a speculative insert costs about a fifth of the
             -- statement).
-            v_new := ARRAY(SELECT office._uuid_v7() FROM generate_series(1, cardinality(v_agents)));
+            v_new := office._uuid_v7s(cardinality(v_agents));
             INSERT INTO office.runs (id, agent_profile_id, reason, payload, idempotency_key, task_id, entry_triggered)
             SELECT u.id, u.agent, u.reason, u.payload, u.key, u.task, u.entry
               FROM unnest(v_new, v_agents, v_reasons, v_payloads, v_keys, v_tasks, v_entries)
