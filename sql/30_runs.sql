@@ -78,9 +78,15 @@ COMMENT ON COLUMN office.runs.heartbeat_at IS
 -- The durable dedup: one row per key, over every status, with no time bound.
 CREATE UNIQUE INDEX idx_run_idempotency ON office.runs (idempotency_key)
     WHERE idempotency_key IS NOT NULL;
--- Coalesce-target lookup (newest queued run of a bucket).
-CREATE INDEX idx_run_bucket_queued ON office.runs (agent_profile_id, reason, task_id, requested_at DESC)
-    WHERE status = 'queued';
+-- Coalesce-target lookup (newest queued run of a bucket) of a request without
+-- a task; one with a task is served by idx_run_task_reason (below). Until
+-- 0.4.0 this index held every queued run, (agent, reason, task_id,
+-- requested_at DESC), and a run with a task had an entry here and another in
+-- idx_run_task_reason: now each run has one of the two (a run's index
+-- entries are most of the WAL and of the time of its insert, see
+-- docs/benchmarks.md).
+CREATE INDEX idx_run_bucket_queued ON office.runs (agent_profile_id, reason, requested_at DESC)
+    WHERE status = 'queued' AND task_id IS NULL;
 -- claim_run: one agent's oldest queued run (ties by id, bytewise), and the
 -- loose scan over the agents that have queued runs (an unfiltered claim
 -- visits each such agent once, however long its backlog). It replaced
@@ -96,9 +102,15 @@ CREATE UNIQUE INDEX idx_run_one_claimed_per_agent ON office.runs (agent_profile_
 CREATE INDEX idx_run_finished ON office.runs (finished_at)
     WHERE status IN ('finished', 'failed', 'cancelled');
 -- Runs of one task and reason: the runs evidence of a stuck-parent candidate
--- (DOMAIN.md §2.20 rule 8, 60_parent_wake.sql). Only runs that name a task are
--- indexed.
-CREATE INDEX idx_run_task_reason ON office.runs (task_id, reason) WHERE task_id IS NOT NULL;
+-- (DOMAIN.md §2.20 rule 8, 60_parent_wake.sql), a task's runs (list_runs), and
+-- (with the agent and requested_at, since 0.4.0) the coalesce-target lookup of
+-- a request with a task: the bucket's runs within the window, of which the
+-- queued one is the target. Over every status, so that lookup also passes the
+-- bucket's claimed and finished runs of the window; a bucket gets a new run
+-- only when no queued one is there to coalesce into, so they are few. Only
+-- runs that name a task are indexed.
+CREATE INDEX idx_run_task_reason ON office.runs (task_id, reason, agent_profile_id, requested_at)
+    WHERE task_id IS NOT NULL;
 
 -- Keys absorbed by a coalesce, recorded as served by the run they coalesced
 -- into (since 0.4.0): a redelivery of such a request is a dedup onto that

@@ -1787,6 +1787,16 @@ SELECT r.agent_profile_id, min(r.requested_at)
   FROM office.runs r
  WHERE r.status = 'queued'
  GROUP BY r.agent_profile_id;
+-- A run with a task has one entry for its bucket and the sweep's evidence,
+-- not two (since 0.4.0, 30_runs.sql): idx_run_task_reason gains the agent and
+-- requested_at and serves the coalesce lookup of a request with a task;
+-- idx_run_bucket_queued keeps only the runs without one.
+DROP INDEX office.idx_run_bucket_queued;
+CREATE INDEX idx_run_bucket_queued ON office.runs (agent_profile_id, reason, requested_at DESC)
+    WHERE status = 'queued' AND task_id IS NULL;
+DROP INDEX office.idx_run_task_reason;
+CREATE INDEX idx_run_task_reason ON office.runs (task_id, reason, agent_profile_id, requested_at)
+    WHERE task_id IS NOT NULL;
 -- (end of runs)
 -- === tasks (40_tasks.sql) ======================================================
 -- A task's parent, its blockers and its assignee are in the task's workspace
