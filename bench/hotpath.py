@@ -7,10 +7,14 @@ prepared statements; the floor table ``public.bench_floor`` has one unique
 text index, like ``bench/enqueue.py``'s):
 
 * WAL bytes per fresh-key ``enqueue_run`` (one call per transaction) against
-  the floor's ``INSERT … ON CONFLICT DO NOTHING``, read from
-  ``pg_current_wal_lsn()`` before and after --wal-calls calls, in two phases:
-  right after TRUNCATE + CHECKPOINT (every first touch of a page is a full-page
-  write) and in steady state (the next --wal-calls calls, same checkpoint).
+  the floor's ``INSERT … ON CONFLICT DO NOTHING`` with the same keys, read
+  from ``pg_current_wal_lsn()`` before and after --wal-calls calls, in three
+  phases: right after TRUNCATE + CHECKPOINT (the pages are new), in steady
+  state (the next --wal-calls calls, same checkpoint), and right after a
+  CHECKPOINT on GROWN existing rows (with full_page_writes on, the first touch
+  of each existing page after a checkpoint writes its full image). Where
+  ``pg_walinspect`` can be created (PostgreSQL 15 contrib), the steady phase's
+  records are also summed by kind and relation: where office's bytes go.
 * ``enqueue_runs`` of --bulk fresh keys in one call against single
   ``enqueue_run`` calls (one per transaction) and against one set-based
   ``INSERT … SELECT … ON CONFLICT DO NOTHING`` of as many rows into the floor;
@@ -76,30 +80,96 @@ def reset(dsn: str) -> None:
         conn.execute("CHECKPOINT")
 
 
-def _lsn(conn: psycopg.Connection[Any]) -> int:
-    row = conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()
+def _lsn(conn: psycopg.Connection[Any]) -> str:
+    row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def _wal_bytes(conn: psycopg.Connection[Any], start: str, end: str) -> int:
+    row = conn.execute("SELECT %s::pg_lsn - %s::pg_lsn", (end, start)).fetchone()
     assert row is not None
     return int(row[0])
 
 
-def wal_per_call(dsn: str, calls: int) -> dict[str, tuple[float, float]]:
-    """(enqueue_run, floor) WAL bytes per call, right after a checkpoint and steady."""
-    out: dict[str, list[float]] = {"after CHECKPOINT": [], "steady": []}
+#: Existing rows of the 'after CHECKPOINT on existing rows' phase, in both tables.
+GROWN = 100_000
+WAL_PHASES = ("after CHECKPOINT", "steady", f"after CHECKPOINT on {GROWN:,} rows")
+
+
+def _grow(conn: psycopg.Connection[Any]) -> None:
+    """GROWN keyed rows in both tables (finished runs, so none is a coalesce
+    target), then a CHECKPOINT: the next writes touch pages that exist."""
+    conn.execute(
+        "INSERT INTO public.bench_floor (k) SELECT 'old-' || n FROM generate_series(1, %s) n",
+        (GROWN,),
+    )
+    conn.execute(
+        "INSERT INTO office.runs (agent_profile_id, reason, status, idempotency_key, task_id,"
+        " requested_at, finished_at)"
+        " SELECT 'bench-agent-' || (n %% %s), 'task_assigned', 'finished', 'old-' || n,"
+        "        'task-old-' || n, now() - interval '1 day', now() - interval '1 day'"
+        " FROM generate_series(1, %s) n",
+        (AGENTS, GROWN),
+    )
+    conn.execute("VACUUM ANALYZE")
+    conn.execute("CHECKPOINT")
+
+
+def _walinspect(conn: psycopg.Connection[Any]) -> bool:
+    try:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+    except psycopg.Error:
+        return False
+    return True
+
+
+#: pg_walinspect's records between two LSNs, summed by kind and relation.
+WAL_RECORDS = """
+SELECT r.resource_manager || ' ' || r.record_type AS kind,
+       coalesce(c.relname, '') AS relation, count(*), sum(r.record_length), sum(r.fpi_length)
+  FROM pg_get_wal_records_info(%s, %s) r
+  LEFT JOIN pg_class c
+    ON c.relfilenode = nullif(substring(r.block_ref FROM 'rel \\d+/\\d+/(\\d+)'), '')::oid
+ GROUP BY 1, 2
+ ORDER BY 4 DESC
+"""
+
+
+def wal_per_call(
+    dsn: str, calls: int
+) -> tuple[dict[str, tuple[float, float]], list[tuple[str, str, float, float, float]]]:
+    """(enqueue_run, floor) WAL bytes per call in each of WAL_PHASES, and
+    pg_walinspect's steady-phase records of enqueue_run per call (kind,
+    relation, records, bytes, full-page image bytes; empty without it)."""
+    out: dict[str, list[float]] = {phase: [] for phase in WAL_PHASES}
+    records: list[tuple[str, str, float, float, float]] = []
+    batch = next(_batch)
     for kind in ("enqueue", "floor"):
         reset(dsn)
-        batch = next(_batch)
         with psycopg.connect(dsn, autocommit=True) as conn:
-            for phase in out:
+            inspect = kind == "enqueue" and _walinspect(conn)
+            for phase in WAL_PHASES:
+                if phase == WAL_PHASES[2]:
+                    reset(dsn)
+                    _grow(conn)
                 start = _lsn(conn)
                 for i in range(calls):
-                    key = f"wal-{batch}-{phase[0]}-{i}"
+                    # The same keys for both: the floor's index pays the same splits.
+                    key = f"wal-{batch}-{WAL_PHASES.index(phase)}-{i}"
                     if kind == "enqueue":
                         agent = f"bench-agent-{i % AGENTS}"
                         conn.execute(ENQUEUE, (agent, key, "task-" + key), prepare=True)
                     else:
                         conn.execute(FLOOR, (key,), prepare=True)
-                out[phase].append((_lsn(conn) - start) / calls)
-    return {phase: (v[0], v[1]) for phase, v in out.items()}
+                end = _lsn(conn)
+                out[phase].append(_wal_bytes(conn, start, end) / calls)
+                if inspect and phase == "steady":
+                    records = [
+                        (str(k), str(rel), n / calls, size / calls, fpi / calls)
+                        for k, rel, n, size, fpi in conn.execute(WAL_RECORDS, (start, end))
+                    ]
+    return {phase: (v[0], v[1]) for phase, v in out.items()}, records
 
 
 def bulk(dsn: str, size: int, rounds: int) -> dict[str, float]:
@@ -209,17 +279,40 @@ def main() -> None:
     parser = bench_parser(__doc__, "hotpath")
     parser.add_argument("--wal-calls", type=int, default=2000)
     parser.add_argument("--bulk", type=int, default=1000)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--no-claim",
+        action="store_true",
+        help="leave out the claim + finish cycles (the WAL and bulk parts need no timed loop)",
+    )
     args = parser.parse_args()
 
-    wal = wal_per_call(args.dsn, args.wal_calls)
+    wal, records = wal_per_call(args.dsn, args.wal_calls)
     wal_rows = []
     for phase, (office, floor) in wal.items():
         verdict = "met" if office <= 2 * floor else "**missed**"
         wal_rows.append(
             f"| {phase} | {office:,.0f} | {floor:,.0f} | {office / floor:.2f}× | ≤ 2× | {verdict} |"
         )
-        print(f"WAL {phase:17} enqueue {office:7.0f} B  floor {floor:7.0f} B", flush=True)
+        print(f"WAL {phase:34} enqueue {office:7.0f} B  floor {floor:7.0f} B", flush=True)
+    record_rows = [
+        f"| {kind} | {relation or '—'} | {n:.2f} | {size:,.1f} | {fpi:,.1f} |"
+        for kind, relation, n, size, fpi in records
+        if size >= 1
+    ]
+    breakdown = (
+        [
+            "",
+            "Where the steady phase's bytes of `enqueue_run` go (`pg_walinspect`, per call;"
+            " FPI = full-page images, included in the bytes):",
+            "",
+            "| record | relation | records | bytes | FPI bytes |",
+            "|---|---|---|---|---|",
+            *record_rows,
+        ]
+        if record_rows
+        else []
+    )
 
     rates = bulk(args.dsn, args.bulk, args.rounds)
     many, coalescing, single, floor = (
@@ -231,7 +324,7 @@ def main() -> None:
     print(f"bulk {rates}", flush=True)
 
     claim_rows = []
-    for connections in (1, 4):
+    for connections in () if args.no_claim else (1, 4):
         office, raw = claim_cycles(args.dsn, connections, args.seconds)
         ratio = office / raw if raw else 0.0
         verdict = "met" if ratio >= 0.6 else "**missed**"
@@ -239,6 +332,20 @@ def main() -> None:
             f"| {connections} | {office:,.0f} | {raw:,.0f} | {ratio:.2f}× | ≥ 0.60× | {verdict} |"
         )
         print(f"claim {connections} conn office {office:7.0f}/s raw {raw:7.0f}/s", flush=True)
+    claim = (
+        [
+            "",
+            "Claim + finish cycles per second (100,000 queued runs over 64 agents for office;",
+            "100,000 queued rows for the raw queue; one cycle = two statements):",
+            "",
+            "| connections | claim_run + finish_run | raw SKIP LOCKED claim + UPDATE"
+            " | ratio | target | |",
+            "|---|---|---|---|---|---|",
+            *claim_rows,
+        ]
+        if claim_rows
+        else []
+    )
 
     def met(value: float, target: float) -> str:
         return "met" if value >= target else "**missed**"
@@ -248,18 +355,20 @@ def main() -> None:
             "## Hot path: WAL per enqueue, the bulk path, claim + finish (issue 13)",
             "",
             "Command: `make bench` (`bash bench/run.sh hotpath`),"
-            f" {args.seconds:g} s per claim case,",
+            + (" no claim cases," if args.no_claim else f" {args.seconds:g} s per claim case,"),
             f"{args.wal_calls} calls per WAL phase, best of {args.rounds} bulk rounds of "
             f"{args.bulk} rows.",
             f"Machine: {machine_line(args.dsn)}.",
             "",
             "WAL bytes per fresh-key call, one call per transaction (`pg_current_wal_lsn()`",
-            "before and after; 'after CHECKPOINT' is the first batch on a truncated table, so",
-            "it carries the full-page writes; 'steady' is the next batch):",
+            "before and after, the same keys for both; 'after CHECKPOINT' is the first batch on a",
+            "truncated table, 'steady' the next batch, and the last phase a batch right after a",
+            f"CHECKPOINT on {GROWN:,} existing rows, whose pages it touches write full images):",
             "",
             "| phase | enqueue_run B/call | floor B/call | ratio | target | |",
             "|---|---|---|---|---|---|",
             *wal_rows,
+            *breakdown,
             "",
             f"Bulk, {args.bulk} fresh keys (rows per second, best round):",
             "",
@@ -273,14 +382,7 @@ def main() -> None:
             f"{many / single:.2f}× (bulk / single) | ≥ 10× | {met(many / single, 10)} |",
             f"| set-based `INSERT … SELECT … ON CONFLICT DO NOTHING` (floor) | {floor:,.0f} | "
             f"{many / floor:.2f}× (bulk / set-based) | ≥ 0.30× | {met(many / floor, 0.3)} |",
-            "",
-            "Claim + finish cycles per second (100,000 queued runs over 64 agents for office;",
-            "100,000 queued rows for the raw queue; one cycle = two statements):",
-            "",
-            "| connections | claim_run + finish_run | raw SKIP LOCKED claim + UPDATE"
-            " | ratio | target | |",
-            "|---|---|---|---|---|---|",
-            *claim_rows,
+            *claim,
         ]
     )
     publish(body, "hotpath", args.write)
