@@ -285,7 +285,7 @@ CREATE OR REPLACE FUNCTION office.routine_fingerprint(title text, description te
         'hex');
 -- task_comment:<comment>:<agent>  (API.md §3): the key of a comment's wake of
 -- an agent. Its prefix is what enqueue_run tests to keep such a run out of
--- coalescing (office._run_bucket_lock, the coalesce lookups), so it is built
+-- coalescing (office._run_locks, the coalesce lookups), so it is built
 -- here rather than written by hand.
 CREATE FUNCTION office.comment_key(comment_id text, agent_profile_id text)
     RETURNS text
@@ -619,42 +619,38 @@ COMMENT ON FUNCTION office._run_lock(bigint, text, text, text) IS
 REVOKE EXECUTE ON FUNCTION office._run_lock(bigint, text, text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office._run_lock(bigint, text, text, text) TO office_admin;
 
--- Internal: the advisory locks an enqueue request takes, NULL where it takes
+-- Internal: the advisory locks enqueue requests take, NULL where one takes
 -- none: its key's (a keyed request), then its bucket's (a coalescible one:
 -- not entry-triggered, key not starting with task_comment:). Arguments as
--- enqueue_run normalises them ('' keys and tasks are NULL). PL/pgSQL, not
--- SQL: a SQL function with a SET clause is planned again at every call,
--- which the enqueue hot path would pay each time.
-CREATE FUNCTION office._run_key_lock(idempotency_key text) RETURNS bigint
+-- enqueue_run normalises them ('' keys and tasks are NULL), one element per
+-- request: enqueue_run passes its one, enqueue_runs all of its elements in
+-- one call (a call per element cost it more than the hashing: about 6 ms of
+-- 1,000 elements). PL/pgSQL, not SQL: a SQL function with a SET clause is
+-- planned again at every call, which the enqueue hot path would pay each time.
+CREATE FUNCTION office._run_locks(agent_profile_ids text[], reasons text[], idempotency_keys text[],
+                                  task_ids text[], entry_triggereds boolean[],
+                                  OUT key_locks bigint[], OUT bucket_locks bigint[])
     LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    RETURN CASE WHEN idempotency_key IS NOT NULL
-                THEN hashtextextended('office.runs.key:' || idempotency_key, 0) END;
+    key_locks := '{}';
+    bucket_locks := '{}';
+    FOR i IN 1 .. coalesce(cardinality(agent_profile_ids), 0) LOOP
+        key_locks[i] := CASE WHEN idempotency_keys[i] IS NOT NULL
+                             THEN hashtextextended('office.runs.key:' || idempotency_keys[i], 0) END;
+        bucket_locks[i] := CASE WHEN NOT coalesce(entry_triggereds[i], false)
+                                     AND (idempotency_keys[i] IS NULL
+                                          OR NOT starts_with(idempotency_keys[i], 'task_comment:'))
+                                THEN hashtextextended('office.runs.bucket:' || agent_profile_ids[i] || ':'
+                                                      || reasons[i] || ':' || coalesce(task_ids[i], ''), 0) END;
+    END LOOP;
 END
 $$;
-COMMENT ON FUNCTION office._run_key_lock(text) IS
-    'Internal: the advisory lock id of an idempotency key (NULL for none), taken by every keyed enqueue before it looks the key up.';
-REVOKE EXECUTE ON FUNCTION office._run_key_lock(text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION office._run_key_lock(text) TO office_admin;
-
-CREATE FUNCTION office._run_bucket_lock(agent_profile_id text, reason text, idempotency_key text,
-                                        task_id text, entry_triggered boolean) RETURNS bigint
-    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-    SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    RETURN CASE WHEN NOT coalesce(entry_triggered, false)
-                     AND (idempotency_key IS NULL OR NOT starts_with(idempotency_key, 'task_comment:'))
-                THEN hashtextextended('office.runs.bucket:' || agent_profile_id || ':' || reason || ':'
-                                      || coalesce(task_id, ''), 0) END;
-END
-$$;
-COMMENT ON FUNCTION office._run_bucket_lock(text, text, text, text, boolean) IS
-    'Internal: the advisory lock id of an enqueue request''s bucket (agent, reason, task), NULL when the request never coalesces (entry-triggered, task_comment: key).';
-REVOKE EXECUTE ON FUNCTION office._run_bucket_lock(text, text, text, text, boolean) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION office._run_bucket_lock(text, text, text, text, boolean) TO office_admin;
+COMMENT ON FUNCTION office._run_locks(text[], text[], text[], text[], boolean[]) IS
+    'Internal: the advisory lock ids of enqueue requests (parallel arrays of agent, reason, key, task, entry_triggered): key_locks, taken by every keyed request before it looks its key up (NULL without a key), and bucket_locks (agent, reason, task; NULL when the request never coalesces: entry-triggered, task_comment: key).';
+REVOKE EXECUTE ON FUNCTION office._run_locks(text[], text[], text[], text[], boolean[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._run_locks(text[], text[], text[], text[], boolean[]) TO office_admin;
 
 -- Internal: the wake-up signal for runs just queued (API.md §3,
 -- office.notify). NOTIFY takes a cluster-wide lock at commit and holds it
@@ -768,6 +764,7 @@ DECLARE
     v_cause   text := nullif(enqueue_run.keyless_cause, '');
     v_status  text;
     v_window  interval;
+    v_locks   record;
     v_key_lock    bigint;
     v_bucket_lock bigint;
     v_id      text;
@@ -826,8 +823,9 @@ BEGIN
     IF v_task IS NOT NULL THEN
         v_payload := v_payload || jsonb_build_object('task_id', v_task);
     END IF;
-    v_key_lock := office._run_key_lock(v_key);
-    v_bucket_lock := office._run_bucket_lock(v_agent, v_reason, v_key, v_task, v_entry);
+    v_locks := office._run_locks(ARRAY[v_agent], ARRAY[v_reason], ARRAY[v_key], ARRAY[v_task], ARRAY[v_entry]);
+    v_key_lock := v_locks.key_locks[1];
+    v_bucket_lock := v_locks.bucket_locks[1];
 
     -- 2. A served key (own or recorded, any status, any age) is a dedup,
     -- before any coalescing. The key lock makes lookup-then-act atomic per
@@ -983,7 +981,7 @@ BEGIN
     -- The elements, normalised as enqueue_run normalises its arguments, and
     -- whether every one of them passes enqueue_run's checks (valid is never
     -- true for an element that enqueue_run or the loop below would refuse;
-    -- the loop reports the refusal). Their lock ids where they are objects.
+    -- the loop reports the refusal).
     SELECT coalesce(bool_and(x.valid), true),
            array_agg(x.agent ORDER BY x.n), array_agg(x.reason ORDER BY x.n),
            array_agg(CASE WHEN x.valid THEN x.payload || jsonb_build_object('agent_profile_id', x.agent)
@@ -991,12 +989,8 @@ BEGIN
                                                 THEN jsonb_build_object('task_id', x.task)
                                                 ELSE '{}'::jsonb END END ORDER BY x.n),
            array_agg(x.key ORDER BY x.n), array_agg(x.task ORDER BY x.n),
-           array_agg(x.entry ORDER BY x.n), array_agg(x.cause ORDER BY x.n),
-           array_agg(office._run_key_lock(x.key) ORDER BY x.n),
-           array_agg(CASE WHEN x.is_object
-                          THEN office._run_bucket_lock(x.agent, x.reason, x.key, x.task, x.entry) END ORDER BY x.n)
-      INTO v_valid, v_agents, v_reasons, v_payloads, v_keys, v_tasks, v_entries, v_causes,
-           v_key_locks, v_bucket_locks
+           array_agg(x.entry ORDER BY x.n), array_agg(x.cause ORDER BY x.n)
+      INTO v_valid, v_agents, v_reasons, v_payloads, v_keys, v_tasks, v_entries, v_causes
       FROM (SELECT y.*,
                    CASE WHEN y.is_object THEN
                        -- no unknown key; strings where enqueue_run takes text
@@ -1031,6 +1025,9 @@ BEGIN
                            nullif(e.value ->> 'keyless_cause', '') AS cause
                       FROM jsonb_array_elements(requests) WITH ORDINALITY AS e(value, n)) AS y
             OFFSET 0) AS x;
+    -- (A non-object element has no agent and no key: no lock.)
+    SELECT l.key_locks, l.bucket_locks INTO v_key_locks, v_bucket_locks
+      FROM office._run_locks(v_agents, v_reasons, v_keys, v_tasks, v_entries) AS l;
 
     -- Every lock the elements will take, up front and in the global order
     -- (all key locks, then all bucket locks, each by ascending id), so two
