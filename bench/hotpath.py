@@ -7,10 +7,14 @@ prepared statements; the floor table ``public.bench_floor`` has one unique
 text index, like ``bench/enqueue.py``'s):
 
 * WAL bytes per fresh-key ``enqueue_run`` (one call per transaction) against
-  the floor's ``INSERT … ON CONFLICT DO NOTHING``, read from
-  ``pg_current_wal_lsn()`` before and after --wal-calls calls, in two phases:
-  right after TRUNCATE + CHECKPOINT (every first touch of a page is a full-page
-  write) and in steady state (the next --wal-calls calls, same checkpoint).
+  the floor's ``INSERT … ON CONFLICT DO NOTHING`` with the same keys, read
+  from ``pg_current_wal_lsn()`` before and after --wal-calls calls, in three
+  phases: right after TRUNCATE + CHECKPOINT (the pages are new), in steady
+  state (the next --wal-calls calls, same checkpoint), and right after a
+  CHECKPOINT on GROWN existing rows (with full_page_writes on, the first touch
+  of each existing page after a checkpoint writes its full image). Where
+  ``pg_walinspect`` can be created (PostgreSQL 15 contrib), the steady phase's
+  records are also summed by kind and relation: where office's bytes go.
 * ``enqueue_runs`` of --bulk fresh keys in one call against single
   ``enqueue_run`` calls (one per transaction) and against one set-based
   ``INSERT … SELECT … ON CONFLICT DO NOTHING`` of as many rows into the floor;
@@ -41,6 +45,11 @@ RAW_CLAIM = (
     "UPDATE public.bench_queue SET status = 'claimed', claimed_at = now()"
     " WHERE id = (SELECT id FROM public.bench_queue WHERE status = 'queued'"
     "             ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING id"
+)
+ENQUEUE_RUNS = "SELECT count(*) FROM office.enqueue_runs(%s::jsonb)"
+SET_FLOOR = (
+    "INSERT INTO public.bench_floor (k) SELECT %s || n FROM generate_series(1, %s) n"
+    " ON CONFLICT DO NOTHING"
 )
 RAW_FINISH = "UPDATE public.bench_queue SET status = 'finished', finished_at = now() WHERE id = %s"
 
@@ -76,35 +85,133 @@ def reset(dsn: str) -> None:
         conn.execute("CHECKPOINT")
 
 
-def _lsn(conn: psycopg.Connection[Any]) -> int:
-    row = conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()
+def _lsn(conn: psycopg.Connection[Any]) -> str:
+    row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def _wal_bytes(conn: psycopg.Connection[Any], start: str, end: str) -> int:
+    row = conn.execute("SELECT %s::pg_lsn - %s::pg_lsn", (end, start)).fetchone()
     assert row is not None
     return int(row[0])
 
 
-def wal_per_call(dsn: str, calls: int) -> dict[str, tuple[float, float]]:
-    """(enqueue_run, floor) WAL bytes per call, right after a checkpoint and steady."""
-    out: dict[str, list[float]] = {"after CHECKPOINT": [], "steady": []}
+#: Existing rows of the 'after CHECKPOINT on existing rows' phase, in both tables.
+GROWN = 100_000
+WAL_PHASES = ("after CHECKPOINT", "steady", f"after CHECKPOINT on {GROWN:,} rows")
+
+
+def _grow(conn: psycopg.Connection[Any]) -> None:
+    """GROWN keyed rows in both tables (finished runs, so none is a coalesce
+    target), then a CHECKPOINT: the next writes touch pages that exist."""
+    conn.execute(
+        "INSERT INTO public.bench_floor (k) SELECT 'old-' || n FROM generate_series(1, %s) n",
+        (GROWN,),
+    )
+    conn.execute(
+        "INSERT INTO office.runs (agent_profile_id, reason, status, idempotency_key, task_id,"
+        " requested_at, finished_at)"
+        " SELECT 'bench-agent-' || (n %% %s), 'task_assigned', 'finished', 'old-' || n,"
+        "        'task-old-' || n, now() - interval '1 day', now() - interval '1 day'"
+        " FROM generate_series(1, %s) n",
+        (AGENTS, GROWN),
+    )
+    conn.execute("VACUUM ANALYZE")
+    conn.execute("CHECKPOINT")
+
+
+def _walinspect(conn: psycopg.Connection[Any]) -> bool:
+    try:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+    except psycopg.Error:
+        return False
+    return True
+
+
+#: pg_walinspect's records between two LSNs, summed by kind and relation.
+WAL_RECORDS = """
+SELECT r.resource_manager || ' ' || r.record_type AS kind,
+       coalesce(c.relname, '') AS relation, count(*), sum(r.record_length), sum(r.fpi_length)
+  FROM pg_get_wal_records_info(%s, %s) r
+  LEFT JOIN pg_class c
+    ON c.relfilenode = nullif(substring(r.block_ref FROM 'rel \\d+/\\d+/(\\d+)'), '')::oid
+ GROUP BY 1, 2
+ ORDER BY 4 DESC
+"""
+
+
+def wal_per_call(
+    dsn: str, calls: int
+) -> tuple[dict[str, tuple[float, float]], list[tuple[str, str, float, float, float]]]:
+    """(enqueue_run, floor) WAL bytes per call in each of WAL_PHASES, and
+    pg_walinspect's steady-phase records of enqueue_run per call (kind,
+    relation, records, bytes, full-page image bytes; empty without it)."""
+    out: dict[str, list[float]] = {phase: [] for phase in WAL_PHASES}
+    records: list[tuple[str, str, float, float, float]] = []
+    batch = next(_batch)
+    # The LSN counts every backend's WAL: autovacuum's and autoanalyze's
+    # (pg_statistic) would land in whichever batch they run during.
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("ALTER SYSTEM SET autovacuum = off")
+        conn.execute("SELECT pg_reload_conf()")
+    try:
+        _wal_batches(dsn, calls, batch, out, records)
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("ALTER SYSTEM RESET autovacuum")
+            conn.execute("SELECT pg_reload_conf()")
+    return {phase: (v[0], v[1]) for phase, v in out.items()}, records
+
+
+def _wal_batches(
+    dsn: str,
+    calls: int,
+    batch: int,
+    out: dict[str, list[float]],
+    records: list[tuple[str, str, float, float, float]],
+) -> None:
     for kind in ("enqueue", "floor"):
         reset(dsn)
-        batch = next(_batch)
         with psycopg.connect(dsn, autocommit=True) as conn:
-            for phase in out:
+            inspect = kind == "enqueue" and _walinspect(conn)
+            for phase in WAL_PHASES:
+                if phase == WAL_PHASES[2]:
+                    reset(dsn)
+                    _grow(conn)
                 start = _lsn(conn)
                 for i in range(calls):
-                    key = f"wal-{batch}-{phase[0]}-{i}"
+                    # The same keys for both: the floor's index pays the same splits.
+                    key = f"wal-{batch}-{WAL_PHASES.index(phase)}-{i}"
                     if kind == "enqueue":
                         agent = f"bench-agent-{i % AGENTS}"
                         conn.execute(ENQUEUE, (agent, key, "task-" + key), prepare=True)
                     else:
                         conn.execute(FLOOR, (key,), prepare=True)
-                out[phase].append((_lsn(conn) - start) / calls)
-    return {phase: (v[0], v[1]) for phase, v in out.items()}
+                end = _lsn(conn)
+                out[phase].append(_wal_bytes(conn, start, end) / calls)
+                if inspect and phase == "steady":
+                    records[:] = [
+                        (str(k), str(rel), n / calls, size / calls, fpi / calls)
+                        for k, rel, n, size, fpi in conn.execute(WAL_RECORDS, (start, end))
+                    ]
 
 
-def bulk(dsn: str, size: int, rounds: int) -> dict[str, float]:
+def _backend_cpu(pid: int) -> float | None:
+    """Seconds the server process ``pid`` has run on a CPU (Linux, same host), or None."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as stat:
+            return int(stat.read().split()[0]) / 1e9
+    except OSError:
+        return None
+
+
+def bulk(dsn: str, size: int, rounds: int) -> tuple[dict[str, float], dict[str, float]]:
     """Rows per second: enqueue_runs of ``size`` fresh keys, ``size`` single calls,
-    and one set-based floor insert of ``size`` rows (best of ``rounds``)."""
+    and one set-based floor insert of ``size`` rows (best of ``rounds``); and, when
+    the server runs on this host, the backend's CPU milliseconds of the one-call
+    cases (least of ``rounds``): what a loaded machine's clock cannot resolve."""
+    cpu: dict[str, float] = {}
     best = {
         "enqueue_runs": 0.0,
         "enqueue_runs, coalescing": 0.0,
@@ -113,6 +220,19 @@ def bulk(dsn: str, size: int, rounds: int) -> dict[str, float]:
     }
     reset(dsn)
     with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT pg_backend_pid()").fetchone()
+        assert row is not None
+        pid = int(row[0])
+
+        def timed(case: str, statement: str, params: tuple[Any, ...]) -> float:
+            """Run ``statement``; its rows per second (and its CPU into ``cpu``)."""
+            before, start = _backend_cpu(pid), time.perf_counter()
+            conn.execute(statement, params)
+            elapsed, after = time.perf_counter() - start, _backend_cpu(pid)
+            if before is not None and after is not None:
+                cpu[case] = min(cpu.get(case, float("inf")), (after - before) * 1000)
+            return size / elapsed
+
         for _ in range(rounds):
             batch = next(_batch)
             keys = [f"bulk-{batch}-{i}" for i in range(size)]
@@ -127,9 +247,8 @@ def bulk(dsn: str, size: int, rounds: int) -> dict[str, float]:
                     for i, k in enumerate(keys)
                 ]
             )
-            start = time.perf_counter()
-            conn.execute("SELECT count(*) FROM office.enqueue_runs(%s::jsonb)", (requests,))
-            best["enqueue_runs"] = max(best["enqueue_runs"], size / (time.perf_counter() - start))
+            rate = timed("enqueue_runs", ENQUEUE_RUNS, (requests,))
+            best["enqueue_runs"] = max(best["enqueue_runs"], rate)
 
             # The same without task ids: 64 buckets, so most elements coalesce
             # into the run an earlier element made (the per-element path).
@@ -143,9 +262,7 @@ def bulk(dsn: str, size: int, rounds: int) -> dict[str, float]:
                     for i, k in enumerate(keys)
                 ]
             )
-            start = time.perf_counter()
-            conn.execute("SELECT count(*) FROM office.enqueue_runs(%s::jsonb)", (coalescing,))
-            rate = size / (time.perf_counter() - start)
+            rate = timed("enqueue_runs, coalescing", ENQUEUE_RUNS, (coalescing,))
             best["enqueue_runs, coalescing"] = max(best["enqueue_runs, coalescing"], rate)
 
             start = time.perf_counter()
@@ -156,15 +273,9 @@ def bulk(dsn: str, size: int, rounds: int) -> dict[str, float]:
             rate = size / (time.perf_counter() - start)
             best["single enqueue_run"] = max(best["single enqueue_run"], rate)
 
-            start = time.perf_counter()
-            conn.execute(
-                "INSERT INTO public.bench_floor (k) SELECT %s || n FROM generate_series(1, %s) n"
-                " ON CONFLICT DO NOTHING",
-                (f"setfloor-{batch}-", size),
-            )
-            rate = size / (time.perf_counter() - start)
+            rate = timed("set-based floor", SET_FLOOR, (f"setfloor-{batch}-", size))
             best["set-based floor"] = max(best["set-based floor"], rate)
-    return best
+    return best, cpu
 
 
 def claim_cycles(dsn: str, connections: int, seconds: float) -> tuple[float, float]:
@@ -209,29 +320,74 @@ def main() -> None:
     parser = bench_parser(__doc__, "hotpath")
     parser.add_argument("--wal-calls", type=int, default=2000)
     parser.add_argument("--bulk", type=int, default=1000)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--no-claim",
+        action="store_true",
+        help="leave out the claim + finish cycles (the WAL and bulk parts need no timed loop)",
+    )
     args = parser.parse_args()
 
-    wal = wal_per_call(args.dsn, args.wal_calls)
+    wal, records = wal_per_call(args.dsn, args.wal_calls)
     wal_rows = []
     for phase, (office, floor) in wal.items():
         verdict = "met" if office <= 2 * floor else "**missed**"
         wal_rows.append(
             f"| {phase} | {office:,.0f} | {floor:,.0f} | {office / floor:.2f}× | ≤ 2× | {verdict} |"
         )
-        print(f"WAL {phase:17} enqueue {office:7.0f} B  floor {floor:7.0f} B", flush=True)
+        print(f"WAL {phase:34} enqueue {office:7.0f} B  floor {floor:7.0f} B", flush=True)
+    record_rows = [
+        f"| {kind} | {relation or '—'} | {n:.2f} | {size:,.1f} | {fpi:,.1f} |"
+        for kind, relation, n, size, fpi in records
+        if size >= 1
+    ]
+    breakdown = (
+        [
+            "",
+            "Where the steady phase's bytes of `enqueue_run` go (`pg_walinspect`, per call;"
+            " FPI = full-page images, included in the bytes):",
+            "",
+            "| record | relation | records | bytes | FPI bytes |",
+            "|---|---|---|---|---|",
+            *record_rows,
+        ]
+        if record_rows
+        else []
+    )
 
-    rates = bulk(args.dsn, args.bulk, args.rounds)
+    def met(value: float, target: float) -> str:
+        return "met" if value >= target else "**missed**"
+
+    rates, cpu = bulk(args.dsn, args.bulk, args.rounds)
     many, coalescing, single, floor = (
         rates["enqueue_runs"],
         rates["enqueue_runs, coalescing"],
         rates["single enqueue_run"],
         rates["set-based floor"],
     )
-    print(f"bulk {rates}", flush=True)
+    print(f"bulk {rates} backend CPU ms {cpu}", flush=True)
+    cpu_rows = (
+        [
+            "",
+            "The same one-call cases in the backend's CPU time (`/proc/<pid>/schedstat` of the"
+            " server process, least of the rounds; the client's clock on a loaded machine"
+            " mostly measures the load):",
+            "",
+            "| path | CPU ms | ratio | target | |",
+            "|---|---|---|---|---|",
+            f"| `enqueue_runs`, one call, set-based | {cpu['enqueue_runs']:.1f} | — | — | — |",
+            "| `enqueue_runs`, one call, element by element | "
+            f"{cpu['enqueue_runs, coalescing']:.1f} | — | — | — |",
+            f"| set-based floor | {cpu['set-based floor']:.1f} | "
+            f"{cpu['set-based floor'] / cpu['enqueue_runs']:.2f}× (set-based / bulk) | ≥ 0.30× | "
+            f"{met(cpu['set-based floor'] / cpu['enqueue_runs'], 0.3)} |",
+        ]
+        if len(cpu) == 3
+        else []
+    )
 
     claim_rows = []
-    for connections in (1, 4):
+    for connections in () if args.no_claim else (1, 4):
         office, raw = claim_cycles(args.dsn, connections, args.seconds)
         ratio = office / raw if raw else 0.0
         verdict = "met" if ratio >= 0.6 else "**missed**"
@@ -239,27 +395,40 @@ def main() -> None:
             f"| {connections} | {office:,.0f} | {raw:,.0f} | {ratio:.2f}× | ≥ 0.60× | {verdict} |"
         )
         print(f"claim {connections} conn office {office:7.0f}/s raw {raw:7.0f}/s", flush=True)
-
-    def met(value: float, target: float) -> str:
-        return "met" if value >= target else "**missed**"
+    claim = (
+        [
+            "",
+            "Claim + finish cycles per second (100,000 queued runs over 64 agents for office;",
+            "100,000 queued rows for the raw queue; one cycle = two statements):",
+            "",
+            "| connections | claim_run + finish_run | raw SKIP LOCKED claim + UPDATE"
+            " | ratio | target | |",
+            "|---|---|---|---|---|---|",
+            *claim_rows,
+        ]
+        if claim_rows
+        else []
+    )
 
     body = "\n".join(
         [
             "## Hot path: WAL per enqueue, the bulk path, claim + finish (issue 13)",
             "",
             "Command: `make bench` (`bash bench/run.sh hotpath`),"
-            f" {args.seconds:g} s per claim case,",
+            + (" no claim cases," if args.no_claim else f" {args.seconds:g} s per claim case,"),
             f"{args.wal_calls} calls per WAL phase, best of {args.rounds} bulk rounds of "
             f"{args.bulk} rows.",
             f"Machine: {machine_line(args.dsn)}.",
             "",
             "WAL bytes per fresh-key call, one call per transaction (`pg_current_wal_lsn()`",
-            "before and after; 'after CHECKPOINT' is the first batch on a truncated table, so",
-            "it carries the full-page writes; 'steady' is the next batch):",
+            "before and after, the same keys for both; 'after CHECKPOINT' is the first batch on a",
+            "truncated table, 'steady' the next batch, and the last phase a batch right after a",
+            f"CHECKPOINT on {GROWN:,} existing rows, whose pages it touches write full images):",
             "",
             "| phase | enqueue_run B/call | floor B/call | ratio | target | |",
             "|---|---|---|---|---|---|",
             *wal_rows,
+            *breakdown,
             "",
             f"Bulk, {args.bulk} fresh keys (rows per second, best round):",
             "",
@@ -273,14 +442,8 @@ def main() -> None:
             f"{many / single:.2f}× (bulk / single) | ≥ 10× | {met(many / single, 10)} |",
             f"| set-based `INSERT … SELECT … ON CONFLICT DO NOTHING` (floor) | {floor:,.0f} | "
             f"{many / floor:.2f}× (bulk / set-based) | ≥ 0.30× | {met(many / floor, 0.3)} |",
-            "",
-            "Claim + finish cycles per second (100,000 queued runs over 64 agents for office;",
-            "100,000 queued rows for the raw queue; one cycle = two statements):",
-            "",
-            "| connections | claim_run + finish_run | raw SKIP LOCKED claim + UPDATE"
-            " | ratio | target | |",
-            "|---|---|---|---|---|---|",
-            *claim_rows,
+            *cpu_rows,
+            *claim,
         ]
     )
     publish(body, "hotpath", args.write)

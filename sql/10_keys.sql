@@ -52,7 +52,7 @@ GRANT EXECUTE ON FUNCTION office.assignment_key(text, text, bigint)
 
 -- task_comment:<comment>:<agent>  (API.md §3): the key of a comment's wake of
 -- an agent. Its prefix is what enqueue_run tests to keep such a run out of
--- coalescing (office._run_bucket_lock, the coalesce lookups), so it is built
+-- coalescing (office._run_locks, the coalesce lookups), so it is built
 -- here rather than written by hand.
 CREATE FUNCTION office.comment_key(comment_id text, agent_profile_id text)
     RETURNS text

@@ -165,6 +165,34 @@ COMMENT ON FUNCTION office._uuid_v7() IS
 REVOKE EXECUTE ON FUNCTION office._uuid_v7() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office._uuid_v7()
     TO office_producer, office_worker, office_reader, office_admin;
+
+-- Internal: n new ids of _uuid_v7's layout at once, in increasing order, for
+-- a set-based insert (enqueue_runs): one statement, where n calls of
+-- _uuid_v7() cost a function call each (about 6 us, most of it the call and
+-- its SET clause, against well under 1 us for the expression). The last id
+-- has the current microsecond and each one before it the microsecond before,
+-- so they are strictly ordered and none is from the future; the caller has
+-- spent more than n microseconds on its n elements before it asks (reading
+-- and checking each), so they also sort after every id it made earlier.
+CREATE FUNCTION office._uuid_v7s(n int) RETURNS text[]
+    LANGUAGE plpgsql VOLATILE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_us bigint := (date_part('epoch', clock_timestamp()) * 1000000)::bigint - n;
+BEGIN
+    RETURN ARRAY(SELECT substr(t.hex, 1, 8) || '-' || substr(t.hex, 9, 4) || '-7'
+                        || lpad(to_hex((t.us % 1000) * 4096 / 1000), 3, '0') || '-'
+                        || right(gen_random_uuid()::text, 17)
+                   FROM (SELECT v_us + i AS us, lpad(to_hex((v_us + i) / 1000), 12, '0') AS hex
+                           FROM generate_series(1, n) AS i) AS t
+                  ORDER BY t.us);
+END
+$$;
+COMMENT ON FUNCTION office._uuid_v7s(int) IS
+    'Internal: n new time-ordered UUIDs (the layout of office._uuid_v7) in increasing order, the last one of the current microsecond and each earlier one a microsecond before: the ids of a set-based insert.';
+REVOKE EXECUTE ON FUNCTION office._uuid_v7s(int) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._uuid_v7s(int) TO office_admin;
 CREATE FUNCTION office._is_id(value text) RETURNS boolean
     LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
@@ -257,7 +285,7 @@ CREATE OR REPLACE FUNCTION office.routine_fingerprint(title text, description te
         'hex');
 -- task_comment:<comment>:<agent>  (API.md §3): the key of a comment's wake of
 -- an agent. Its prefix is what enqueue_run tests to keep such a run out of
--- coalescing (office._run_bucket_lock, the coalesce lookups), so it is built
+-- coalescing (office._run_locks, the coalesce lookups), so it is built
 -- here rather than written by hand.
 CREATE FUNCTION office.comment_key(comment_id text, agent_profile_id text)
     RETURNS text
@@ -591,42 +619,38 @@ COMMENT ON FUNCTION office._run_lock(bigint, text, text, text) IS
 REVOKE EXECUTE ON FUNCTION office._run_lock(bigint, text, text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office._run_lock(bigint, text, text, text) TO office_admin;
 
--- Internal: the advisory locks an enqueue request takes, NULL where it takes
+-- Internal: the advisory locks enqueue requests take, NULL where one takes
 -- none: its key's (a keyed request), then its bucket's (a coalescible one:
 -- not entry-triggered, key not starting with task_comment:). Arguments as
--- enqueue_run normalises them ('' keys and tasks are NULL). PL/pgSQL, not
--- SQL: a SQL function with a SET clause is planned again at every call,
--- which the enqueue hot path would pay each time.
-CREATE FUNCTION office._run_key_lock(idempotency_key text) RETURNS bigint
+-- enqueue_run normalises them ('' keys and tasks are NULL), one element per
+-- request: enqueue_run passes its one, enqueue_runs all of its elements in
+-- one call (a call per element cost it more than the hashing: about 6 ms of
+-- 1,000 elements). PL/pgSQL, not SQL: a SQL function with a SET clause is
+-- planned again at every call, which the enqueue hot path would pay each time.
+CREATE FUNCTION office._run_locks(agent_profile_ids text[], reasons text[], idempotency_keys text[],
+                                  task_ids text[], entry_triggereds boolean[],
+                                  OUT key_locks bigint[], OUT bucket_locks bigint[])
     LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    RETURN CASE WHEN idempotency_key IS NOT NULL
-                THEN hashtextextended('office.runs.key:' || idempotency_key, 0) END;
+    key_locks := '{}';
+    bucket_locks := '{}';
+    FOR i IN 1 .. coalesce(cardinality(agent_profile_ids), 0) LOOP
+        key_locks[i] := CASE WHEN idempotency_keys[i] IS NOT NULL
+                             THEN hashtextextended('office.runs.key:' || idempotency_keys[i], 0) END;
+        bucket_locks[i] := CASE WHEN NOT coalesce(entry_triggereds[i], false)
+                                     AND (idempotency_keys[i] IS NULL
+                                          OR NOT starts_with(idempotency_keys[i], 'task_comment:'))
+                                THEN hashtextextended('office.runs.bucket:' || agent_profile_ids[i] || ':'
+                                                      || reasons[i] || ':' || coalesce(task_ids[i], ''), 0) END;
+    END LOOP;
 END
 $$;
-COMMENT ON FUNCTION office._run_key_lock(text) IS
-    'Internal: the advisory lock id of an idempotency key (NULL for none), taken by every keyed enqueue before it looks the key up.';
-REVOKE EXECUTE ON FUNCTION office._run_key_lock(text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION office._run_key_lock(text) TO office_admin;
-
-CREATE FUNCTION office._run_bucket_lock(agent_profile_id text, reason text, idempotency_key text,
-                                        task_id text, entry_triggered boolean) RETURNS bigint
-    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-    SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    RETURN CASE WHEN NOT coalesce(entry_triggered, false)
-                     AND (idempotency_key IS NULL OR NOT starts_with(idempotency_key, 'task_comment:'))
-                THEN hashtextextended('office.runs.bucket:' || agent_profile_id || ':' || reason || ':'
-                                      || coalesce(task_id, ''), 0) END;
-END
-$$;
-COMMENT ON FUNCTION office._run_bucket_lock(text, text, text, text, boolean) IS
-    'Internal: the advisory lock id of an enqueue request''s bucket (agent, reason, task), NULL when the request never coalesces (entry-triggered, task_comment: key).';
-REVOKE EXECUTE ON FUNCTION office._run_bucket_lock(text, text, text, text, boolean) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION office._run_bucket_lock(text, text, text, text, boolean) TO office_admin;
+COMMENT ON FUNCTION office._run_locks(text[], text[], text[], text[], boolean[]) IS
+    'Internal: the advisory lock ids of enqueue requests (parallel arrays of agent, reason, key, task, entry_triggered): key_locks, taken by every keyed request before it looks its key up (NULL without a key), and bucket_locks (agent, reason, task; NULL when the request never coalesces: entry-triggered, task_comment: key).';
+REVOKE EXECUTE ON FUNCTION office._run_locks(text[], text[], text[], text[], boolean[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._run_locks(text[], text[], text[], text[], boolean[]) TO office_admin;
 
 -- Internal: the wake-up signal for runs just queued (API.md §3,
 -- office.notify). NOTIFY takes a cluster-wide lock at commit and holds it
@@ -641,9 +665,14 @@ GRANT EXECUTE ON FUNCTION office._run_bucket_lock(text, text, text, text, boolea
 -- agent's first run of the call, "other" queued runs are the ones that were
 -- there before the call, so all of the call's runs are left out of the edge
 -- probe; its later runs would find that first one and send nothing, so they
--- are skipped. (A loop with one IF per agent: a single set-based statement
--- measured 2-3x slower for the one-run call of enqueue_run, its planning or
--- its hash aggregate costing more than the probes.)
+-- are skipped. The runs are ones the caller has just inserted queued and due
+-- (enqueue_run, enqueue_runs, dispatch_wakeup), so an agent with k of them
+-- has another claimable run exactly when it has more than k queued due runs:
+-- a probe that reads at most k + 1 of its entries, where "not one of the
+-- call's ids" would compare every queued run with every id of the call
+-- (enqueue_runs of 1,000 runs: most of the signal's time). One run (the
+-- single enqueue) keeps its own probe: a set-based statement measured 2-3x
+-- slower there, its planning or its aggregate costing more than the probes.
 CREATE FUNCTION office._signal_runs(agent_profile_ids text[], run_ids text[]) RETURNS void
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -652,7 +681,6 @@ AS $$
 DECLARE
     v_mode  text := coalesce(nullif(current_setting('office.notify', true), ''), 'edge');
     v_agent text;
-    v_seen  text[] := '{}';
 BEGIN
     IF v_mode NOT IN ('edge', 'every', 'on') THEN
         IF v_mode = 'off' THEN
@@ -661,17 +689,38 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = '22023',
             MESSAGE = format('setting office.notify = %s must be edge, every or off', quote_literal(left(v_mode, 200)));
     END IF;
-    FOREACH v_agent IN ARRAY agent_profile_ids LOOP
-        CONTINUE WHEN v_agent = ANY (v_seen);
-        v_seen := v_seen || v_agent;
+    IF cardinality(agent_profile_ids) = 1 THEN
+        v_agent := agent_profile_ids[1];
         IF v_mode = 'edge'
            AND (EXISTS (SELECT FROM office.runs c WHERE c.agent_profile_id = v_agent AND c.status = 'claimed')
                 OR EXISTS (SELECT FROM office.runs q
                             WHERE q.agent_profile_id = v_agent AND q.status = 'queued'
-                              AND q.id <> ALL (run_ids)
+                              AND q.id <> run_ids[1]
                               AND (q.scheduled_retry_at IS NULL OR q.scheduled_retry_at <= now()))) THEN
-            CONTINUE;
+            RETURN;
         END IF;
+        PERFORM pg_notify('office_runs', v_agent);
+        RETURN;
+    END IF;
+    -- Each agent once, in the order of its first run; lateral probes (LIMIT
+    -- each), not EXISTS, which may become a hashed subplan over every
+    -- claimed run.
+    FOR v_agent IN
+        SELECT a.agent
+          FROM (SELECT u.agent, min(u.n) AS first, count(*) AS runs
+                  FROM unnest(agent_profile_ids) WITH ORDINALITY AS u(agent, n)
+                 GROUP BY u.agent) AS a
+          LEFT JOIN LATERAL (SELECT true AS busy FROM office.runs c
+                              WHERE v_mode = 'edge' AND c.agent_profile_id = a.agent AND c.status = 'claimed'
+                              LIMIT 1) AS c ON true
+          LEFT JOIN LATERAL (SELECT count(*) AS due
+                               FROM (SELECT FROM office.runs q
+                                      WHERE v_mode = 'edge' AND q.agent_profile_id = a.agent AND q.status = 'queued'
+                                        AND (q.scheduled_retry_at IS NULL OR q.scheduled_retry_at <= now())
+                                      LIMIT a.runs + 1) AS d) AS q ON true
+         WHERE c.busy IS NULL AND q.due <= a.runs
+         ORDER BY a.first
+    LOOP
         PERFORM pg_notify('office_runs', v_agent);
     END LOOP;
 END
@@ -715,6 +764,7 @@ DECLARE
     v_cause   text := nullif(enqueue_run.keyless_cause, '');
     v_status  text;
     v_window  interval;
+    v_locks   record;
     v_key_lock    bigint;
     v_bucket_lock bigint;
     v_id      text;
@@ -773,8 +823,9 @@ BEGIN
     IF v_task IS NOT NULL THEN
         v_payload := v_payload || jsonb_build_object('task_id', v_task);
     END IF;
-    v_key_lock := office._run_key_lock(v_key);
-    v_bucket_lock := office._run_bucket_lock(v_agent, v_reason, v_key, v_task, v_entry);
+    v_locks := office._run_locks(ARRAY[v_agent], ARRAY[v_reason], ARRAY[v_key], ARRAY[v_task], ARRAY[v_entry]);
+    v_key_lock := v_locks.key_locks[1];
+    v_bucket_lock := v_locks.bucket_locks[1];
 
     -- 2. A served key (own or recorded, any status, any age) is a dedup,
     -- before any coalescing. The key lock makes lookup-then-act atomic per
@@ -930,7 +981,7 @@ BEGIN
     -- The elements, normalised as enqueue_run normalises its arguments, and
     -- whether every one of them passes enqueue_run's checks (valid is never
     -- true for an element that enqueue_run or the loop below would refuse;
-    -- the loop reports the refusal). Their lock ids where they are objects.
+    -- the loop reports the refusal).
     SELECT coalesce(bool_and(x.valid), true),
            array_agg(x.agent ORDER BY x.n), array_agg(x.reason ORDER BY x.n),
            array_agg(CASE WHEN x.valid THEN x.payload || jsonb_build_object('agent_profile_id', x.agent)
@@ -938,12 +989,8 @@ BEGIN
                                                 THEN jsonb_build_object('task_id', x.task)
                                                 ELSE '{}'::jsonb END END ORDER BY x.n),
            array_agg(x.key ORDER BY x.n), array_agg(x.task ORDER BY x.n),
-           array_agg(x.entry ORDER BY x.n), array_agg(x.cause ORDER BY x.n),
-           array_agg(office._run_key_lock(x.key) ORDER BY x.n),
-           array_agg(CASE WHEN x.is_object
-                          THEN office._run_bucket_lock(x.agent, x.reason, x.key, x.task, x.entry) END ORDER BY x.n)
-      INTO v_valid, v_agents, v_reasons, v_payloads, v_keys, v_tasks, v_entries, v_causes,
-           v_key_locks, v_bucket_locks
+           array_agg(x.entry ORDER BY x.n), array_agg(x.cause ORDER BY x.n)
+      INTO v_valid, v_agents, v_reasons, v_payloads, v_keys, v_tasks, v_entries, v_causes
       FROM (SELECT y.*,
                    CASE WHEN y.is_object THEN
                        -- no unknown key; strings where enqueue_run takes text
@@ -978,6 +1025,9 @@ BEGIN
                            nullif(e.value ->> 'keyless_cause', '') AS cause
                       FROM jsonb_array_elements(requests) WITH ORDINALITY AS e(value, n)) AS y
             OFFSET 0) AS x;
+    -- (A non-object element has no agent and no key: no lock.)
+    SELECT l.key_locks, l.bucket_locks INTO v_key_locks, v_bucket_locks
+      FROM office._run_locks(v_agents, v_reasons, v_keys, v_tasks, v_entries) AS l;
 
     -- Every lock the elements will take, up front and in the global order
     -- (all key locks, then all bucket locks, each by ascending id), so two
@@ -1053,7 +1103,7 @@ BEGIN
             -- them. That is cheaper than looking every key up first, and than
             -- ON CONFLICT (a speculative insert costs about a fifth of the
             -- statement).
-            v_new := ARRAY(SELECT office._uuid_v7() FROM generate_series(1, cardinality(v_agents)));
+            v_new := office._uuid_v7s(cardinality(v_agents));
             INSERT INTO office.runs (id, agent_profile_id, reason, payload, idempotency_key, task_id, entry_triggered)
             SELECT u.id, u.agent, u.reason, u.payload, u.key, u.task, u.entry
               FROM unnest(v_new, v_agents, v_reasons, v_payloads, v_keys, v_tasks, v_entries)
@@ -1734,6 +1784,16 @@ SELECT r.agent_profile_id, min(r.requested_at)
   FROM office.runs r
  WHERE r.status = 'queued'
  GROUP BY r.agent_profile_id;
+-- A run with a task has one entry for its bucket and the sweep's evidence,
+-- not two (since 0.4.0, 30_runs.sql): idx_run_task_reason gains the agent and
+-- requested_at and serves the coalesce lookup of a request with a task;
+-- idx_run_bucket_queued keeps only the runs without one.
+DROP INDEX office.idx_run_bucket_queued;
+CREATE INDEX idx_run_bucket_queued ON office.runs (agent_profile_id, reason, requested_at DESC)
+    WHERE status = 'queued' AND task_id IS NULL;
+DROP INDEX office.idx_run_task_reason;
+CREATE INDEX idx_run_task_reason ON office.runs (task_id, reason, agent_profile_id, requested_at)
+    WHERE task_id IS NOT NULL;
 -- (end of runs)
 -- === tasks (40_tasks.sql) ======================================================
 -- A task's parent, its blockers and its assignee are in the task's workspace

@@ -46,6 +46,20 @@ def test_ids_generated_later_sort_later_bytewise(db: Conn) -> None:
         check_v7(text, now(db))
 
 
+def test_a_batch_of_ids_is_in_order_and_sorts_before_the_next_id(db: Conn) -> None:
+    # _uuid_v7s: the ids of a set-based insert (enqueue_runs), made at once.
+    row = db.execute("SELECT office._uuid_v7s(5000)").fetchone()
+    assert row is not None
+    batch: list[str] = row[0]
+    assert len(set(batch)) == 5000
+    assert batch == sorted(batch, key=lambda s: s.encode())
+    # None is from the future: an id made by a later statement sorts after all.
+    later = db.execute("SELECT office._uuid_v7()").fetchone()
+    assert later is not None and batch[-1].encode() < later[0].encode()
+    for text in (batch[0], batch[-1]):
+        check_v7(text, now(db))
+
+
 def test_the_random_bits_differ_within_one_statement(db: Conn) -> None:
     rows = db.execute(
         "SELECT count(DISTINCT office._uuid_v7()) FROM generate_series(1, 10000)"
