@@ -179,10 +179,12 @@ def _run_sync(url: str, handler: Callable[[Run], object], options: dict[str, Any
             "application_name": "officectl worker",
         },
         timeout=CONNECT_TIMEOUT,
-        # No check before each checkout (the daemon's pool has one): it is one
-        # more round trip per claim and per outcome. After a restart of the
-        # server the first call on each dead connection fails, is retried,
-        # and the pool replaces the connection.
+        # Checked before each checkout, as the daemon's pool is: one more
+        # round trip per claim and per outcome, against a first call on each
+        # connection left dead by a server restart failing after the worker
+        # had logged the database restored, which logged one outage as
+        # several losses (and retried the call).
+        check=ConnectionPool.check_connection,
         reconnect_timeout=2 * CONNECT_TIMEOUT,
         open=False,
         name="officectl-worker",
