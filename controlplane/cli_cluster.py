@@ -8,7 +8,7 @@ import click
 from rich.progress import Progress
 from rich.table import Table
 
-from controlplane import cluster
+from controlplane import cluster, partition_move
 from controlplane.cli_base import json_option, one_line_errors, print_json, stdout
 
 
@@ -100,13 +100,13 @@ def move_command(
     rows, switch server office_cluster, delete them on the source
     (docs/scale-out.md). Writes to the source shard wait while it runs."""
     with Progress(console=stdout, transient=True, disable=as_json) as bar:
-        task = bar.add_task(f"partition {partition}", total=len(cluster.MOVED_TABLES))
+        task = bar.add_task(f"partition {partition}", total=len(partition_move.MOVED_TABLES))
 
         def step(table: str, rows: int) -> None:
             bar.update(task, advance=1, description=f"partition {partition}: {table} ({rows})")
 
         try:
-            result = cluster.move_partition(
+            result = partition_move.move_partition(
                 proxy, partition, target, force=force, rehearse=rehearse, progress=step
             )
         except cluster.ClusterError as exc:

@@ -5,7 +5,6 @@ Skipped where PL/Proxy is not installed (the embedded PostgreSQL 18)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -14,22 +13,10 @@ import pytest
 from controlplane import proxy as proxy_sql
 from controlplane import schema
 from tests import harness
-from tests.proxy.topology import PARTITIONS, Topology, plproxy_missing, topology
+from tests.proxy.topology import PARTITIONS, Topology, plproxy_missing
 
 _MISSING = plproxy_missing()
 pytestmark = pytest.mark.skipif(_MISSING is not None, reason=_MISSING or "")
-
-
-@pytest.fixture(scope="module", params=["one_cluster", "two_clusters"])
-def topo(request: pytest.FixtureRequest) -> Iterator[Topology]:
-    with topology(request.param) as t:
-        yield t
-
-
-@pytest.fixture
-def px(topo: Topology) -> Iterator[psycopg.Connection[Any]]:
-    with psycopg.connect(topo.proxy, autocommit=True) as conn:
-        yield conn
 
 
 def _uid(prefix: str) -> str:

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 from psycopg import sql
 
-from controlplane import cluster
+from controlplane import partition_move
 from controlplane.cli import main
 from tests import harness
 from tests.proxy.topology import (
@@ -120,7 +120,7 @@ def _populate(topo: Topology, px: psycopg.Connection[Any], ws: str) -> None:
 
 
 # Every row related to one workspace, found by joins written independently of
-# cluster.MOVED_TABLES (so a wrong rule there shows up here).
+# partition_move.MOVED_TABLES (so a wrong rule there shows up here).
 _ROWS_OF_WORKSPACE = {
     "agent_profiles": "SELECT t.* FROM office.agent_profiles t WHERE workspace_id = %(ws)s",
     "tasks": "SELECT t.* FROM office.tasks t WHERE workspace_id = %(ws)s",
@@ -177,27 +177,15 @@ def _empty(rows: dict[str, list[str]]) -> bool:
     return not any(rows.values())
 
 
-def _move(world: Cluster, *extra: str) -> Any:
-    result = CliRunner().invoke(
-        main,
-        [
-            "cluster",
-            "move",
-            "--proxy",
-            world.proxy,
-            "--partition",
-            str(MOVED),
-            "--to",
-            world.target,
-            "--json",
-            *extra,
-        ],
-    )
-    return result
+def _move(world: Cluster, *extra: str, as_json: bool = True) -> Any:
+    """``officectl cluster move`` of partition MOVED to the world's target."""
+    command = ["cluster", "move", "--proxy", world.proxy, "--partition", str(MOVED)]
+    command += ["--to", world.target, *(["--json"] if as_json else []), *extra]
+    return CliRunner().invoke(main, command)
 
 
 def _server_option(world: Cluster, partition: int) -> str:
-    return cluster._server_partitions(world.proxy)[partition]
+    return partition_move._server_partitions(world.proxy)[partition]
 
 
 def test_the_moved_tables_are_every_office_table_but_the_shard_counters(world: Cluster) -> None:
@@ -210,9 +198,9 @@ def test_the_moved_tables_are_every_office_table_but_the_shard_counters(world: C
                 " WHERE c.relkind IN ('r', 'p')"
             )
         }
-    moved = [t for t, _ in cluster.MOVED_TABLES]
-    assert len(moved) == len(set(moved)) and not set(moved) & cluster.STAYING
-    assert set(moved) | cluster.STAYING == tables
+    moved = [t for t, _ in partition_move.MOVED_TABLES]
+    assert len(moved) == len(set(moved)) and not set(moved) & partition_move.STAYING
+    assert set(moved) | partition_move.STAYING == tables
 
 
 def test_a_moved_partition_lives_only_on_the_new_shard_and_answers_as_before(
@@ -309,19 +297,7 @@ def test_a_move_interrupted_before_the_switch_leaves_the_source_serving_and_reru
         assert _one(target, "SELECT count(*) FROM office.runs WHERE id = %s", late) == 0
 
     # The move again: the copy is replaced, the late write comes along once.
-    result = CliRunner().invoke(
-        main,
-        [
-            "cluster",
-            "move",
-            "--proxy",
-            world.proxy,
-            "--partition",
-            str(MOVED),
-            "--to",
-            world.target,
-        ],
-    )
+    result = _move(world, as_json=False)
     assert result.exit_code == 0 and "switched" in result.output, result.output
     after = _everywhere(world)
     assert _empty(after[(MOVED, source)])
@@ -423,7 +399,9 @@ def test_a_call_waiting_on_the_move_is_ended_and_writes_nothing_on_the_source(
             ):
                 conn.execute("SELECT pg_sleep(0.05)")
 
-    result = cluster.move_partition(world.proxy, MOVED, world.target, progress=start_a_writer)
+    result = partition_move.move_partition(
+        world.proxy, MOVED, world.target, progress=start_a_writer
+    )
     threads[0].join(60)
     assert result.switched and len(blocked) == 1, blocked
     with psycopg.connect(source) as conn:

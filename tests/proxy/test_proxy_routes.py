@@ -7,29 +7,16 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
 
 from tests import harness
-from tests.proxy.topology import PARTITIONS, Topology, plproxy_missing, topology
+from tests.proxy.topology import PARTITIONS, Topology, plproxy_missing
 
 _MISSING = plproxy_missing()
 pytestmark = pytest.mark.skipif(_MISSING is not None, reason=_MISSING or "")
-
-
-@pytest.fixture(scope="module", params=["one_cluster", "two_clusters"])
-def topo(request: pytest.FixtureRequest) -> Iterator[Topology]:
-    with topology(request.param) as t:
-        yield t
-
-
-@pytest.fixture
-def px(topo: Topology) -> Iterator[psycopg.Connection[Any]]:
-    with psycopg.connect(topo.proxy, autocommit=True) as conn:
-        yield conn
 
 
 def _workspace_on(topo: Topology, shard: int) -> str:

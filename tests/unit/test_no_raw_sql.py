@@ -31,6 +31,8 @@ ALLOWED = {
     "cli_base.py": "session set-up and function probes",
     # Shard set-up of a cluster: extensions, foreign servers, user mappings.
     "cluster.py": "shard set-up",
+    # ``officectl cluster move``: copying a partition's rows between shards.
+    "partition_move.py": "a partition's rows copied between shards",
     # ``officectl db``: creating the embedded database and its extension.
     "embedded.py": "embedded database set-up",
     # yoyo's connection set-up and the extension-or-migrations decision.
@@ -38,6 +40,7 @@ ALLOWED = {
     # The proxy script's generator: it reads a shard's catalog and writes
     # SQL text (the PL/Proxy functions), which is its product.
     "proxy.py": "the proxy script's generator",
+    "proxy_wrappers.py": "the proxy script's generator: one wrapper's SQL",
 }
 
 
