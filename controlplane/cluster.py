@@ -109,10 +109,15 @@ def init_cluster(proxy: str, shards: list[str], partitions: int | None = None) -
     return cluster_status(proxy)
 
 
+def with_user(connstr: str, user: str | None) -> str:
+    """A shard's connection string as office_cluster holds it, with the user
+    of the proxy's mapping unless it names one itself."""
+    return connstr if user is None or "user=" in connstr else f"{connstr} user={user}"
+
+
 def _shard_status(connstr: str, user: str | None, parts: list[int]) -> ShardStatus:
-    dsn = connstr if user is None or "user=" in connstr else f"{connstr} user={user}"
     try:
-        with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+        with psycopg.connect(with_user(connstr, user), autocommit=True, connect_timeout=5) as conn:
             row: Any = conn.execute(
                 "SELECT office.schema_version(),"
                 " (SELECT count(*) FROM office.agent_profiles),"

@@ -13,7 +13,7 @@ import psycopg
 from psycopg import sql
 from pydantic import BaseModel
 
-from controlplane.cluster import SERVER, ClusterError, shard_connstrs
+from controlplane.cluster import SERVER, ClusterError, shard_connstrs, with_user
 from controlplane.shards import mask
 
 log = logging.getLogger(__name__)
@@ -92,10 +92,6 @@ class MoveResult(BaseModel):
 
 
 MoveProgress = Callable[[str, int], None]  # (table, rows) after each table
-
-
-def _with_user(connstr: str, user: str | None) -> str:
-    return connstr if user is None or "user=" in connstr else f"{connstr} user={user}"
 
 
 def _collect(cur: psycopg.Cursor[Any], partitions: int, partition: int) -> None:
@@ -212,7 +208,7 @@ def _purge_elsewhere(
     purged: dict[str, int] = {}
     owner = partitions[partition]
     for connstr in dict.fromkeys(c for c in partitions if c != owner):
-        with psycopg.connect(_with_user(connstr, user)) as conn, conn.cursor() as cur:
+        with psycopg.connect(with_user(connstr, user)) as conn, conn.cursor() as cur:
             cur.execute("SET LOCAL session_replication_role = replica")
             _collect(cur, len(partitions), partition)
             for table, n in _delete_partition(cur).items():
@@ -260,11 +256,11 @@ def move_partition(
         # Already switched: only a source that kept its rows may be left.
         return result(_purge_elsewhere(proxy, partitions, partition, user), True)
     identity = "SELECT system_identifier, current_database() FROM pg_control_system()"
-    with psycopg.connect(_with_user(source, user)) as src_conn:
+    with psycopg.connect(with_user(source, user)) as src_conn:
         version = src_conn.execute("SELECT office.schema_version()").fetchone()
         assert version is not None
         source_identity = src_conn.execute(identity).fetchone()
-    with psycopg.connect(_with_user(target, user), autocommit=True) as conn:
+    with psycopg.connect(with_user(target, user), autocommit=True) as conn:
         if conn.execute(identity).fetchone() == source_identity:
             # Spelled differently, but the source itself: its own locks would
             # block the copy forever.
@@ -284,8 +280,8 @@ def move_partition(
         )
     copied: dict[str, int] = {}
     with (
-        psycopg.connect(_with_user(source, user)) as src_conn,
-        psycopg.connect(_with_user(target, user)) as tgt_conn,
+        psycopg.connect(with_user(source, user)) as src_conn,
+        psycopg.connect(with_user(target, user)) as tgt_conn,
         src_conn.cursor() as src,
         tgt_conn.cursor() as tgt,
     ):
