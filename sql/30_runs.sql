@@ -35,6 +35,18 @@
 -- reads the whole table, and enqueue slows down as the queue grows. Every
 -- statement of the hot-path functions below is a keyed lookup that an index
 -- serves, so they run with enable_seqscan = off (tests/sql/test_runs_plans.py).
+-- The same statistics make a wrong index as cheap as the right one: every
+-- index whose partial predicate the WHERE clause implies costs about the
+-- same, and one that also yields the ORDER BY wins. A bucket's coalesce
+-- lookup then walked idx_run_agent_queued (every queued run of the agent
+-- in the window), and claim_run's fetch of a candidate by id scanned that
+-- whole index instead of the primary key (and finish_run the claimed
+-- runs' index, one entry per busy agent). Where such an index competes, a
+-- statement compares status under COLLATE "C": the same test (equality is
+-- bytewise under every deterministic collation), but no predicate
+-- status = 'queued' is implied by it, so only the intended index can serve.
+-- tests/sql/test_runs_plans.py checks that no scan of the hot path reads
+-- more than a handful of entries when an agent has hundreds of queued runs.
 
 CREATE TYPE office.enqueue_result AS (outcome text, dedup_kind text, run_id text);
 COMMENT ON TYPE office.enqueue_result IS
@@ -84,9 +96,11 @@ CREATE UNIQUE INDEX idx_run_idempotency ON office.runs (idempotency_key)
 -- requested_at DESC), and a run with a task had an entry here and another in
 -- idx_run_task_reason: now each run has one of the two (a run's index
 -- entries are most of the WAL and of the time of its insert, see
--- docs/benchmarks.md).
+-- docs/benchmarks.md). Its predicate compares status under "C", as the
+-- lookup does, so that the lookup implies it and not idx_run_agent_queued's
+-- ("Plans" above).
 CREATE INDEX idx_run_bucket_queued ON office.runs (agent_profile_id, reason, requested_at DESC)
-    WHERE status = 'queued' AND task_id IS NULL;
+    WHERE status COLLATE "C" = 'queued' AND task_id IS NULL;
 -- claim_run: one agent's oldest queued run (ties by id, bytewise), and the
 -- loose scan over the agents that have queued runs (an unfiltered claim
 -- visits each such agent once, however long its backlog). It replaced
@@ -269,15 +283,16 @@ BEGIN
             CONTINUE WHEN v_look AND v_head IS NULL;
         END IF;
         -- The look is a plain SELECT (an INSERT ... WHERE NOT EXISTS that
-        -- inserts nothing costs several times as much), ordered like
-        -- idx_agent_ready_agent so that no statistics make it walk
-        -- idx_agent_ready_head instead.
+        -- inserts nothing costs several times as much) over the agent's
+        -- rows, a few. "Due" is an aggregate's FILTER, not a WHERE clause:
+        -- a WHERE due_at IS NULL would let idx_agent_ready_head (partial on
+        -- it, in head_at order) serve the query, and against small
+        -- statistics the planner took it, reading every listed agent's
+        -- entry (sql/30_runs.sql, "Plans").
         IF v_look THEN
-            SELECT r.head_at INTO v_listed
+            SELECT min(r.head_at) FILTER (WHERE r.due_at IS NULL) INTO v_listed
               FROM office.agent_ready r
-             WHERE r.agent_profile_id = v_agent AND r.due_at IS NULL
-             ORDER BY r.agent_profile_id, r.head_at
-             LIMIT 1;
+             WHERE r.agent_profile_id = v_agent;
             CONTINUE WHEN v_listed <= v_head;
         END IF;
         INSERT INTO office.agent_ready (agent_profile_id, head_at) VALUES (v_agent, coalesce(v_head, now()));
@@ -713,7 +728,7 @@ BEGIN
                              FROM office.runs t
                             WHERE t.agent_profile_id = v_agent AND t.reason = v_reason
                               AND t.task_id IS NULL
-                              AND t.status = 'queued' AND t.requested_at > now() - v_window
+                              AND t.status COLLATE "C" = 'queued' AND t.requested_at > now() - v_window
                               AND NOT t.entry_triggered
                               AND (t.idempotency_key IS NULL
                                    OR NOT starts_with(t.idempotency_key, 'task_comment:'))
@@ -722,13 +737,15 @@ BEGIN
                               FOR UPDATE SKIP LOCKED)
             RETURNING r.id INTO v_id;
         ELSE
+            -- Only idx_run_task_reason serves it: status compared under "C"
+            -- (sql/30_runs.sql, "Plans").
             UPDATE office.runs r
                SET coalesced_count = r.coalesced_count + 1, payload = v_payload
              WHERE r.id = (SELECT t.id
                              FROM office.runs t
                             WHERE t.agent_profile_id = v_agent AND t.reason = v_reason
                               AND t.task_id = v_task
-                              AND t.status = 'queued' AND t.requested_at > now() - v_window
+                              AND t.status COLLATE "C" = 'queued' AND t.requested_at > now() - v_window
                               AND NOT t.entry_triggered
                               AND (t.idempotency_key IS NULL
                                    OR NOT starts_with(t.idempotency_key, 'task_comment:'))
@@ -927,11 +944,11 @@ BEGIN
                               AND CASE WHEN u.task IS NULL
                                        THEN EXISTS (SELECT FROM office.runs t
                                                      WHERE t.agent_profile_id = u.agent AND t.reason = u.reason
-                                                       AND t.task_id IS NULL AND t.status = 'queued'
+                                                       AND t.task_id IS NULL AND t.status COLLATE "C" = 'queued'
                                                        AND t.requested_at > now() - v_window)
                                        ELSE EXISTS (SELECT FROM office.runs t
                                                      WHERE t.agent_profile_id = u.agent AND t.reason = u.reason
-                                                       AND t.task_id = u.task AND t.status = 'queued'
+                                                       AND t.task_id = u.task AND t.status COLLATE "C" = 'queued'
                                                        AND t.requested_at > now() - v_window) END)
           INTO v_fast;
     END IF;
@@ -1168,11 +1185,13 @@ BEGIN
                 v_skip_agents := v_skip_agents || v_cand_agent;
                 CONTINUE;
             END IF;
+            -- By its primary key only: status compared under "C"
+            -- (sql/30_runs.sql, "Plans").
             UPDATE office.runs r
                SET status = 'claimed', claimed_at = now(), claimed_by = claim_run.worker_id,
                    heartbeat_at = now(), attempt = r.attempt + 1
              WHERE r.id = (SELECT l.id FROM office.runs l
-                            WHERE l.id = v_cand_id AND l.status = 'queued'
+                            WHERE l.id = v_cand_id AND l.status COLLATE "C" = 'queued'
                               AND (l.scheduled_retry_at IS NULL OR l.scheduled_retry_at <= now())
                               FOR UPDATE SKIP LOCKED)
             RETURNING r.* INTO v_row;
@@ -1203,7 +1222,7 @@ BEGIN
     -- heartbeat_at is in no index, so a beat is a HOT update of the row.
     UPDATE office.runs r
        SET heartbeat_at = now()
-     WHERE r.id = heartbeat_run.run_id AND r.status = 'claimed' AND r.attempt = heartbeat_run.attempt;
+     WHERE r.id = heartbeat_run.run_id AND r.status COLLATE "C" = 'claimed' AND r.attempt = heartbeat_run.attempt;
     RETURN FOUND;
 END
 $$;
@@ -1252,7 +1271,7 @@ AS $$
 BEGIN
     UPDATE office.runs r
        SET status = 'finished', finished_at = now()
-     WHERE r.id = finish_run.run_id AND r.status = 'claimed' AND r.attempt = finish_run.attempt;
+     WHERE r.id = finish_run.run_id AND r.status COLLATE "C" = 'claimed' AND r.attempt = finish_run.attempt;
     RETURN FOUND;
 END
 $$;
@@ -1272,7 +1291,7 @@ BEGIN
     UPDATE office.runs r
        SET status = 'failed', error_message = fail_run.error_message,
            finished_at = coalesce(r.finished_at, now())
-     WHERE r.id = fail_run.run_id AND r.status = 'claimed' AND r.attempt = fail_run.attempt;
+     WHERE r.id = fail_run.run_id AND r.status COLLATE "C" = 'claimed' AND r.attempt = fail_run.attempt;
     RETURN FOUND;
 END
 $$;
@@ -1293,7 +1312,7 @@ BEGIN
        SET status = 'queued', retry_count = r.retry_count + 1,
            scheduled_retry_at = now() + retry_run.delay,
            claimed_at = NULL, claimed_by = NULL, heartbeat_at = NULL, finished_at = NULL
-     WHERE r.id = retry_run.run_id AND r.status = 'claimed' AND r.attempt = retry_run.attempt;
+     WHERE r.id = retry_run.run_id AND r.status COLLATE "C" = 'claimed' AND r.attempt = retry_run.attempt;
     RETURN FOUND;
 END
 $$;

@@ -866,7 +866,7 @@ BEGIN
                              FROM office.runs t
                             WHERE t.agent_profile_id = v_agent AND t.reason = v_reason
                               AND t.task_id IS NULL
-                              AND t.status = 'queued' AND t.requested_at > now() - v_window
+                              AND t.status COLLATE "C" = 'queued' AND t.requested_at > now() - v_window
                               AND NOT t.entry_triggered
                               AND (t.idempotency_key IS NULL
                                    OR NOT starts_with(t.idempotency_key, 'task_comment:'))
@@ -875,13 +875,15 @@ BEGIN
                               FOR UPDATE SKIP LOCKED)
             RETURNING r.id INTO v_id;
         ELSE
+            -- Only idx_run_task_reason serves it: status compared under "C"
+            -- (sql/30_runs.sql, "Plans").
             UPDATE office.runs r
                SET coalesced_count = r.coalesced_count + 1, payload = v_payload
              WHERE r.id = (SELECT t.id
                              FROM office.runs t
                             WHERE t.agent_profile_id = v_agent AND t.reason = v_reason
                               AND t.task_id = v_task
-                              AND t.status = 'queued' AND t.requested_at > now() - v_window
+                              AND t.status COLLATE "C" = 'queued' AND t.requested_at > now() - v_window
                               AND NOT t.entry_triggered
                               AND (t.idempotency_key IS NULL
                                    OR NOT starts_with(t.idempotency_key, 'task_comment:'))
@@ -1080,11 +1082,11 @@ BEGIN
                               AND CASE WHEN u.task IS NULL
                                        THEN EXISTS (SELECT FROM office.runs t
                                                      WHERE t.agent_profile_id = u.agent AND t.reason = u.reason
-                                                       AND t.task_id IS NULL AND t.status = 'queued'
+                                                       AND t.task_id IS NULL AND t.status COLLATE "C" = 'queued'
                                                        AND t.requested_at > now() - v_window)
                                        ELSE EXISTS (SELECT FROM office.runs t
                                                      WHERE t.agent_profile_id = u.agent AND t.reason = u.reason
-                                                       AND t.task_id = u.task AND t.status = 'queued'
+                                                       AND t.task_id = u.task AND t.status COLLATE "C" = 'queued'
                                                        AND t.requested_at > now() - v_window) END)
           INTO v_fast;
     END IF;
@@ -1316,11 +1318,13 @@ BEGIN
                 v_skip_agents := v_skip_agents || v_cand_agent;
                 CONTINUE;
             END IF;
+            -- By its primary key only: status compared under "C"
+            -- (sql/30_runs.sql, "Plans").
             UPDATE office.runs r
                SET status = 'claimed', claimed_at = now(), claimed_by = claim_run.worker_id,
                    heartbeat_at = now(), attempt = r.attempt + 1
              WHERE r.id = (SELECT l.id FROM office.runs l
-                            WHERE l.id = v_cand_id AND l.status = 'queued'
+                            WHERE l.id = v_cand_id AND l.status COLLATE "C" = 'queued'
                               AND (l.scheduled_retry_at IS NULL OR l.scheduled_retry_at <= now())
                               FOR UPDATE SKIP LOCKED)
             RETURNING r.* INTO v_row;
@@ -1351,7 +1355,7 @@ BEGIN
     -- heartbeat_at is in no index, so a beat is a HOT update of the row.
     UPDATE office.runs r
        SET heartbeat_at = now()
-     WHERE r.id = heartbeat_run.run_id AND r.status = 'claimed' AND r.attempt = heartbeat_run.attempt;
+     WHERE r.id = heartbeat_run.run_id AND r.status COLLATE "C" = 'claimed' AND r.attempt = heartbeat_run.attempt;
     RETURN FOUND;
 END
 $$;
@@ -1391,6 +1395,20 @@ COMMENT ON FUNCTION office.run_keys(text) IS
 REVOKE EXECUTE ON FUNCTION office.run_keys(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.run_keys(text) TO office_producer, office_worker, office_reader, office_admin;
 
+-- Its claim check compares status under "C" (30_runs.sql, "Plans").
+CREATE OR REPLACE FUNCTION office.finish_run(run_id text, attempt int) RETURNS boolean
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+BEGIN
+    UPDATE office.runs r
+       SET status = 'finished', finished_at = now()
+     WHERE r.id = finish_run.run_id AND r.status COLLATE "C" = 'claimed' AND r.attempt = finish_run.attempt;
+    RETURN FOUND;
+END
+$$;
 CREATE OR REPLACE FUNCTION office.fail_run(run_id text, attempt int, error_message text) RETURNS boolean
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
@@ -1402,7 +1420,7 @@ BEGIN
     UPDATE office.runs r
        SET status = 'failed', error_message = fail_run.error_message,
            finished_at = coalesce(r.finished_at, now())
-     WHERE r.id = fail_run.run_id AND r.status = 'claimed' AND r.attempt = fail_run.attempt;
+     WHERE r.id = fail_run.run_id AND r.status COLLATE "C" = 'claimed' AND r.attempt = fail_run.attempt;
     RETURN FOUND;
 END
 $$;
@@ -1423,7 +1441,7 @@ BEGIN
        SET status = 'queued', retry_count = r.retry_count + 1,
            scheduled_retry_at = now() + retry_run.delay,
            claimed_at = NULL, claimed_by = NULL, heartbeat_at = NULL, finished_at = NULL
-     WHERE r.id = retry_run.run_id AND r.status = 'claimed' AND r.attempt = retry_run.attempt;
+     WHERE r.id = retry_run.run_id AND r.status COLLATE "C" = 'claimed' AND r.attempt = retry_run.attempt;
     RETURN FOUND;
 END
 $$;
@@ -1612,15 +1630,16 @@ BEGIN
             CONTINUE WHEN v_look AND v_head IS NULL;
         END IF;
         -- The look is a plain SELECT (an INSERT ... WHERE NOT EXISTS that
-        -- inserts nothing costs several times as much), ordered like
-        -- idx_agent_ready_agent so that no statistics make it walk
-        -- idx_agent_ready_head instead.
+        -- inserts nothing costs several times as much) over the agent's
+        -- rows, a few. "Due" is an aggregate's FILTER, not a WHERE clause:
+        -- a WHERE due_at IS NULL would let idx_agent_ready_head (partial on
+        -- it, in head_at order) serve the query, and against small
+        -- statistics the planner took it, reading every listed agent's
+        -- entry (sql/30_runs.sql, "Plans").
         IF v_look THEN
-            SELECT r.head_at INTO v_listed
+            SELECT min(r.head_at) FILTER (WHERE r.due_at IS NULL) INTO v_listed
               FROM office.agent_ready r
-             WHERE r.agent_profile_id = v_agent AND r.due_at IS NULL
-             ORDER BY r.agent_profile_id, r.head_at
-             LIMIT 1;
+             WHERE r.agent_profile_id = v_agent;
             CONTINUE WHEN v_listed <= v_head;
         END IF;
         INSERT INTO office.agent_ready (agent_profile_id, head_at) VALUES (v_agent, coalesce(v_head, now()));
@@ -1790,7 +1809,7 @@ SELECT r.agent_profile_id, min(r.requested_at)
 -- idx_run_bucket_queued keeps only the runs without one.
 DROP INDEX office.idx_run_bucket_queued;
 CREATE INDEX idx_run_bucket_queued ON office.runs (agent_profile_id, reason, requested_at DESC)
-    WHERE status = 'queued' AND task_id IS NULL;
+    WHERE status COLLATE "C" = 'queued' AND task_id IS NULL;
 DROP INDEX office.idx_run_task_reason;
 CREATE INDEX idx_run_task_reason ON office.runs (task_id, reason, agent_profile_id, requested_at)
     WHERE task_id IS NOT NULL;

@@ -93,3 +93,83 @@ def test_bulk_enqueue_never_scans_the_queue_after_an_empty_analyze(
     assert scans.get("runs", 0) == 0, scans
     assert scans.get("run_keys_recorded", 0) == 0, scans
     assert scans.get("agent_profiles", 0) == 0, scans
+
+
+def _entries_read(plans: list[dict[str, Any]]) -> dict[tuple[str, str], int]:
+    """The most index entries any one scan read, per (statement's first words,
+    index): its rows, plus those its filter removed, over all its loops."""
+    most: dict[tuple[str, str], int] = {}
+
+    def walk(statement: str, node: dict[str, Any]) -> None:
+        if "Index Name" in node:
+            per_loop = node["Actual Rows"] + node.get("Rows Removed by Filter", 0)
+            key = (statement, node["Index Name"])
+            most[key] = max(most.get(key, 0), round(per_loop * node["Actual Loops"]))
+        for child in node.get("Plans", []):
+            walk(statement, child)
+
+    for plan in plans:
+        walk(" ".join(plan["Query Text"].split()[:6]), plan["Plan"])
+    return most
+
+
+def test_hot_path_lookups_read_a_few_entries_whatever_the_queue_holds(
+    db: psycopg.Connection[Any],
+) -> None:
+    # The generic plans settle on an empty analyze; then two agents get 300
+    # queued runs each, all within the coalesce window (one transaction: one
+    # now()), each of another task or reason, 300 other agents a claimed run
+    # and another 300 a readiness row each. A statement that walks an
+    # agent's queued runs, the claimed runs or the readiness list instead of
+    # its key's index entries reads hundreds. claim_run() looks at 8 listed
+    # agents by design (sql/30_runs.sql).
+    _analyze_empty(db)
+    db.autocommit = False
+    _exercise(db)
+    db.execute(
+        "SELECT office.upsert_agent('other-' || n, 'w') FROM generate_series(1, 600) n;"
+        " SELECT office.enqueue_run('other-' || n, 'heartbeat') FROM generate_series(1, 600) n;"
+        " SELECT office.claim_run('w', 'other-' || n) FROM generate_series(301, 600) n;"
+        " SELECT office.enqueue_run('a1', 'task_assigned', '{}', 'k-' || n, 'task-' || n)"
+        "   FROM generate_series(1, 300) n;"
+        " SELECT office.enqueue_run('a2', 'reason-' || n) FROM generate_series(1, 300) n"
+    )
+    plans: list[dict[str, Any]] = []
+    db.add_notice_handler(
+        lambda notice: (
+            plans.append(json.loads(notice.message_primary.split("plan:", 1)[1]))
+            if notice.message_primary and "plan:" in notice.message_primary
+            else None
+        )
+    )
+    db.execute(
+        "LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0;"
+        " SET auto_explain.log_nested_statements = on; SET auto_explain.log_analyze = on;"
+        " SET auto_explain.log_format = json; SET auto_explain.log_level = notice"
+    )
+    db.execute("SELECT office.enqueue_run('a1', 'task_assigned', '{}', 'k-new', 'task-new')")
+    db.execute("SELECT office.enqueue_run('a1', 'task_assigned', '{}', 'k-7', 'task-7')")
+    db.execute("SELECT office.enqueue_run('a2', 'reason-new')")
+    db.execute("SELECT office.enqueue_run('other-1', 'heartbeat')")
+    db.execute(
+        "SELECT count(*) FROM office.enqueue_runs(%s::jsonb)",
+        [
+            json.dumps(
+                [
+                    {"agent_profile_id": "a1", "reason": "r", "task_id": f"bulk-{n}"}
+                    for n in range(3)
+                ]
+            )
+        ],
+    )
+    claimed = db.execute("SELECT id, attempt FROM office.claim_run()").fetchone()
+    assert claimed is not None
+    db.execute("SELECT office.heartbeat_run(%s, %s)", claimed)
+    db.execute("SELECT office.finish_run(%s, %s)", claimed)
+    claimed = db.execute("SELECT id, attempt FROM office.claim_run('w', 'a2')").fetchone()
+    assert claimed is not None
+    db.execute("SELECT office.fail_run(%s, %s, 'e')", claimed)
+    db.execute("RESET auto_explain.log_min_duration")
+    reads = _entries_read(plans)
+    assert len(reads) > 10, reads
+    assert {k: n for k, n in reads.items() if n > 8} == {}
