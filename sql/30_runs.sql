@@ -349,10 +349,17 @@ CREATE TRIGGER agent_profiles_30_ready_update
 -- another sets due_at where none of its queued runs is due. Each decides in
 -- its own snapshot, taken after the locks. Nothing under a stricter
 -- isolation, whose snapshot may be older than the locks.
+-- Generic plans, always: against the array of agents the planner's custom
+-- plan (one agent, from the array's value) always looked cheaper than the
+-- generic one (a set of unknown size), so PL/pgSQL planned both statements
+-- again at every call, about 0.4 ms each, most of a claim's time
+-- (pg_stat_statements, docs/benchmarks.md). The generic plan is the same
+-- lateral probes per agent.
 CREATE FUNCTION office._unready_agents(agents text[]) RETURNS void
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp
     SET enable_seqscan = off
+    SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_locked text[];

@@ -1700,6 +1700,7 @@ CREATE FUNCTION office._unready_agents(agents text[]) RETURNS void
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp
     SET enable_seqscan = off
+    SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_locked text[];
