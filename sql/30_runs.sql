@@ -946,17 +946,21 @@ BEGIN
                             WHERE EXISTS (SELECT FROM office.run_keys_recorded c WHERE c.idempotency_key = k))
            -- A queued run in a coalescible element's bucket, younger than the
            -- window (whether or not it could be a target): leave it to enqueue_run.
+           -- Lateral probes (LIMIT 1 each), not EXISTS: PostgreSQL 18 made
+           -- these EXISTS hashed subplans that read every queued run.
            AND NOT EXISTS (SELECT FROM unnest(v_agents, v_reasons, v_tasks, v_bucket_locks) AS u(agent, reason, task, lock)
-                            WHERE u.lock IS NOT NULL
-                              AND CASE WHEN u.task IS NULL
-                                       THEN EXISTS (SELECT FROM office.runs t
-                                                     WHERE t.agent_profile_id = u.agent AND t.reason = u.reason
-                                                       AND t.task_id IS NULL AND t.status COLLATE "C" = 'queued'
-                                                       AND t.requested_at > now() - v_window)
-                                       ELSE EXISTS (SELECT FROM office.runs t
-                                                     WHERE t.agent_profile_id = u.agent AND t.reason = u.reason
-                                                       AND t.task_id = u.task AND t.status COLLATE "C" = 'queued'
-                                                       AND t.requested_at > now() - v_window) END)
+                             LEFT JOIN LATERAL (SELECT true AS queued FROM office.runs t
+                                                 WHERE u.task IS NULL
+                                                   AND t.agent_profile_id = u.agent AND t.reason = u.reason
+                                                   AND t.task_id IS NULL AND t.status COLLATE "C" = 'queued'
+                                                   AND t.requested_at > now() - v_window
+                                                 LIMIT 1) AS b ON true
+                             LEFT JOIN LATERAL (SELECT true AS queued FROM office.runs t
+                                                 WHERE t.agent_profile_id = u.agent AND t.reason = u.reason
+                                                   AND t.task_id = u.task AND t.status COLLATE "C" = 'queued'
+                                                   AND t.requested_at > now() - v_window
+                                                 LIMIT 1) AS k ON true
+                            WHERE u.lock IS NOT NULL AND (b.queued OR k.queued))
           INTO v_fast;
     END IF;
 

@@ -96,14 +96,15 @@ def test_bulk_enqueue_never_scans_the_queue_after_an_empty_analyze(
 
 
 def _entries_read(plans: list[dict[str, Any]]) -> dict[tuple[str, str], int]:
-    """The most index entries any one scan read, per (statement's first words,
-    index): its rows, plus those its filter removed, over all its loops."""
+    """The most rows any one scan read, per (statement's first words, index or
+    table of a sequential scan): its rows, plus those its filter removed, over
+    all its loops."""
     most: dict[tuple[str, str], int] = {}
 
     def walk(statement: str, node: dict[str, Any]) -> None:
-        if "Index Name" in node:
+        if "Index Name" in node or node["Node Type"] == "Seq Scan":
             per_loop = node["Actual Rows"] + node.get("Rows Removed by Filter", 0)
-            key = (statement, node["Index Name"])
+            key = (statement, node.get("Index Name", node.get("Relation Name", "")))
             most[key] = max(most.get(key, 0), round(per_loop * node["Actual Loops"]))
         for child in node.get("Plans", []):
             walk(statement, child)
@@ -159,6 +160,7 @@ def test_hot_path_lookups_read_a_few_entries_whatever_the_queue_holds(
                     {"agent_profile_id": "a1", "reason": "r", "task_id": f"bulk-{n}"}
                     for n in range(3)
                 ]
+                + [{"agent_profile_id": "a2", "reason": "bulk-r"}]
             )
         ],
     )
