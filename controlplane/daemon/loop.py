@@ -67,9 +67,16 @@ class DatabaseHealth:
     def up(self) -> bool:
         return bool(self._up)
 
-    def ok(self) -> None:
+    def ok(self, started: float) -> None:
+        """A call begun at ``started`` (``time.monotonic()``) succeeded. One
+        begun before the loss was recorded is not the connection's return:
+        a thread can get the reply of a call that succeeded just before an
+        outage after another thread has logged the outage, and taking it as
+        the return would log one outage as two."""
         with self._lock:
             was = self._up
+            if was is False and started < self._down_since:
+                return
             self._up = True
         if self.metrics is not None:
             self.metrics.database_up.set(1)
@@ -174,7 +181,7 @@ class Loop(ABC):
         streak = 0
         log.debug("%s loop started (every %.3g s)", self.label, self.interval)
         while not self.stop.is_set():
-            started = time.perf_counter()
+            started, began = time.perf_counter(), time.monotonic()
             try:
                 more = self.iterate()
                 self.report_poison()
@@ -202,7 +209,7 @@ class Loop(ABC):
             self.metrics.loop_seconds.labels(loop=self.name).observe(time.perf_counter() - started)
             self.metrics.loop_last_success.labels(loop=self.name).set(time.time())
             self.iterations += 1
-            self.health.ok()
+            self.health.ok(began)
             if streak:
                 log.info(
                     "%s loop recovered after %d failed iterations",

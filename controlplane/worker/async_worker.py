@@ -147,7 +147,7 @@ class AsyncWorker(WorkerBase[AsyncOffice, Callable[[Run], Awaitable[object]]]):
                 self._wake.clear()
                 continue
             self._wake.clear()
-            started = time.perf_counter()
+            started, began = time.perf_counter(), time.monotonic()
             try:
                 run = await self.office.claim_run(core.worker_id, core.agent_profile_id)
             except Exception as exc:
@@ -155,7 +155,7 @@ class AsyncWorker(WorkerBase[AsyncOffice, Callable[[Run], Awaitable[object]]]):
                 await self._wait(self._stop, core.failed_call("claim", exc, streak))
                 continue
             core.metrics.claim_seconds.observe(time.perf_counter() - started)
-            core.health.ok()
+            core.health.ok(began)
             streak = 0
             if run is None:
                 await self._wait(self._wake, core.poll)
@@ -188,6 +188,7 @@ class AsyncWorker(WorkerBase[AsyncOffice, Callable[[Run], Awaitable[object]]]):
         core = self._core
         streak = 0
         while True:
+            began = time.monotonic()
             try:
                 changed = await self.office.retry_run(slot.run.id, slot.run.attempt, 0)
             except Exception as exc:
@@ -197,7 +198,7 @@ class AsyncWorker(WorkerBase[AsyncOffice, Callable[[Run], Awaitable[object]]]):
                     break
                 await asyncio.sleep(core.failed_call("hand back", exc, streak))
                 continue
-            core.health.ok()
+            core.health.ok(began)
             if changed:
                 core.handed_back(slot)
             break
@@ -237,6 +238,7 @@ class AsyncWorker(WorkerBase[AsyncOffice, Callable[[Run], Awaitable[object]]]):
         core, run = self._core, slot.run
         streak = 0
         while True:
+            began = time.monotonic()
             try:
                 if outcome.kind is _Kind.FINISHED:
                     changed = await self.office.finish_run(run.id, run.attempt)
@@ -251,7 +253,7 @@ class AsyncWorker(WorkerBase[AsyncOffice, Callable[[Run], Awaitable[object]]]):
                     return
                 await self._wait(self._closed, core.failed_call("outcome", exc, streak))
                 continue
-            core.health.ok()
+            core.health.ok(began)
             core.written(slot, outcome, changed, seconds)
             return
 
@@ -337,12 +339,13 @@ class AsyncWorker(WorkerBase[AsyncOffice, Callable[[Run], Awaitable[object]]]):
 
         while not self._closed.is_set():
             conn: Any = None
+            began = time.monotonic()
             try:
                 conn = await connect()
                 await conn.add_listener(CHANNEL, on_notify)
                 streak = 0
                 if health is not None:
-                    health.ok()
+                    health.ok(began)
                 core.listening(shard)
                 self._wake.set()  # anything sent while nobody listened: claim now
                 while not conn.is_closed() and not await self._wait(self._closed, 1.0):

@@ -125,7 +125,7 @@ class Worker(WorkerBase[Office, Callable[[Run], object]]):
                 self._wake.clear()
                 continue
             self._wake.clear()
-            started = time.perf_counter()
+            started, began = time.perf_counter(), time.monotonic()
             try:
                 run = self.office.claim_run(core.worker_id, core.agent_profile_id)
             except Exception as exc:
@@ -133,7 +133,7 @@ class Worker(WorkerBase[Office, Callable[[Run], object]]):
                 self._stop.wait(core.failed_call("claim", exc, streak))
                 continue
             core.metrics.claim_seconds.observe(time.perf_counter() - started)
-            core.health.ok()
+            core.health.ok(began)
             streak = 0
             if run is None:
                 self._wake.wait(core.poll)
@@ -164,6 +164,7 @@ class Worker(WorkerBase[Office, Callable[[Run], object]]):
         core = self._core
         streak = 0
         while True:
+            began = time.monotonic()
             try:
                 changed = self.office.retry_run(slot.run.id, slot.run.attempt, 0)
             except Exception as exc:
@@ -173,7 +174,7 @@ class Worker(WorkerBase[Office, Callable[[Run], object]]):
                     break
                 time.sleep(core.failed_call("hand back", exc, streak))
                 continue
-            core.health.ok()
+            core.health.ok(began)
             if changed:
                 core.handed_back(slot)
             break
@@ -202,6 +203,7 @@ class Worker(WorkerBase[Office, Callable[[Run], object]]):
         core, run = self._core, slot.run
         streak = 0
         while True:
+            began = time.monotonic()
             try:
                 if outcome.kind is _Kind.FINISHED:
                     changed = self.office.finish_run(run.id, run.attempt)
@@ -216,7 +218,7 @@ class Worker(WorkerBase[Office, Callable[[Run], object]]):
                     return
                 self._closed.wait(core.failed_call("outcome", exc, streak))
                 continue
-            core.health.ok()
+            core.health.ok(began)
             core.written(slot, outcome, changed, seconds)
             return
 
@@ -284,13 +286,14 @@ class Worker(WorkerBase[Office, Callable[[Run], object]]):
         health = None if shard is None else DatabaseHealth(None, shard)
         streak = 0
         while not self._closed.is_set():
+            began = time.monotonic()
             try:
                 with connect() as conn:
                     conn.autocommit = True
                     conn.execute(f"LISTEN {CHANNEL}")
                     streak = 0
                     if health is not None:
-                        health.ok()
+                        health.ok(began)
                     core.listening(shard)
                     # Anything sent while nobody listened: claim now.
                     self._wake.set()
