@@ -17,7 +17,7 @@ import psycopg
 from psycopg import sql
 from pydantic import BaseModel
 
-from controlplane.shards import mask
+from controlplane.shards import mask, partition_connstrs
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ def with_user(connstr: str, user: str | None) -> str:
     return connstr if user is None or "user=" in connstr else f"{connstr} user={user}"
 
 
-def _shard_status(connstr: str, user: str | None, parts: list[int]) -> ShardStatus:
+def _shard_status(connstr: str, user: str | None, parts: tuple[int, ...]) -> ShardStatus:
     try:
         with psycopg.connect(with_user(connstr, user), autocommit=True, connect_timeout=5) as conn:
             row: Any = conn.execute(
@@ -127,7 +127,7 @@ def _shard_status(connstr: str, user: str | None, parts: list[int]) -> ShardStat
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return ShardStatus(
             shard=mask(connstr),
-            partitions=parts,
+            partitions=list(parts),
             version=None,
             error=first,
             agents=None,
@@ -136,7 +136,7 @@ def _shard_status(connstr: str, user: str | None, parts: list[int]) -> ShardStat
         )
     return ShardStatus(
         shard=mask(connstr),
-        partitions=parts,
+        partitions=list(parts),
         version=row[0],
         error=None,
         agents=row[1],
@@ -145,9 +145,10 @@ def _shard_status(connstr: str, user: str | None, parts: list[int]) -> ShardStat
     )
 
 
-def shard_connstrs(proxy: str) -> tuple[list[tuple[str, list[int]]], str | None]:
-    """The shard connection strings of office_cluster with their partitions,
-    and the user of the PUBLIC (or current user's) mapping."""
+def shard_connstrs(proxy: str) -> tuple[list[tuple[str, tuple[int, ...]]], str | None]:
+    """The shard connection strings of office_cluster with their partitions
+    (shards.partition_connstrs), and the user of the PUBLIC (or current
+    user's) mapping."""
     with psycopg.connect(proxy, autocommit=True) as conn:
         row = conn.execute(
             "SELECT s.srvoptions,"
@@ -158,13 +159,8 @@ def shard_connstrs(proxy: str) -> tuple[list[tuple[str, list[int]]], str | None]
         ).fetchone()
     if row is None:
         raise ClusterError(f"no server {SERVER} on this database: run officectl cluster init")
-    shards: dict[str, list[int]] = {}
-    for option in row[0]:
-        name, _, value = option.partition("=")
-        if name[:1] == "p" and name[1:].isdigit():
-            shards.setdefault(value, []).append(int(name[1:]))
     user = row[1].partition("=")[2] if row[1] else None
-    return [(c, sorted(p)) for c, p in shards.items()], user
+    return partition_connstrs(row[0]), user
 
 
 def cluster_status(proxy: str) -> ClusterStatus:

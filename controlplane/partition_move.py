@@ -184,8 +184,8 @@ def _in_flight(cur: psycopg.Cursor[Any]) -> list[str]:
     return found + ([f"{row[1]} claimed unacknowledged events"] if row[1] else [])
 
 
-def _server_partitions(proxy: str) -> list[str]:
-    shards, _ = shard_connstrs(proxy)
+def _by_partition(shards: list[tuple[str, tuple[int, ...]]]) -> list[str]:
+    """Each partition's connection string, in partition order."""
     by_part = {p: connstr for connstr, parts in shards for p in parts}
     return [by_part[p] for p in sorted(by_part)]
 
@@ -234,8 +234,8 @@ def move_partition(
     the server is switched, then the rows are deleted on the source in its
     one transaction. ``rehearse`` copies and stops before the switch (the
     source keeps serving; a later move replaces the copy)."""
-    partitions = _server_partitions(proxy)
-    _, user = shard_connstrs(proxy)
+    shards, user = shard_connstrs(proxy)
+    partitions = _by_partition(shards)
     if not 0 <= partition < len(partitions):
         raise ClusterError(
             f"--partition must be between 0 and {len(partitions) - 1}, not {partition}"

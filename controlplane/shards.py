@@ -148,19 +148,29 @@ def _topology(extension: list[dict[str, Any]], server: list[dict[str, Any]], dsn
     )
 
 
-def _shards(options: list[str], mapping: list[str]) -> list[Database]:
-    """The shard databases of the server's options, each with its partitions."""
+def partition_connstrs(options: list[str]) -> list[tuple[str, tuple[int, ...]]]:
+    """The connection strings of office_cluster's ``pN=`` options as the
+    server holds them, each with the partitions that name it (one database),
+    ordered by their lowest partition."""
     partitions: dict[str, list[int]] = {}
     for option in options:
         name, _, value = option.partition("=")
         if name[:1] == "p" and name[1:].isdigit():
             partitions.setdefault(value, []).append(int(name[1:]))
+    return sorted(
+        ((connstr, tuple(sorted(parts))) for connstr, parts in partitions.items()),
+        key=lambda item: item[1][0],
+    )
+
+
+def _shards(options: list[str], mapping: list[str]) -> list[Database]:
+    """The shard databases of the server's options, each with its partitions."""
     login = {
         name: value
         for name, _, value in (o.partition("=") for o in mapping)
         if name in ("user", "password")
     }
-    ordered = sorted(partitions.items(), key=lambda item: min(item[1]))
+    ordered = partition_connstrs(options)
     where = [conninfo_to_dict(connstr) for connstr, _ in ordered]
     names = [str(w.get("dbname") or w.get("user") or login.get("user") or "shard") for w in where]
     labels = [
@@ -173,7 +183,7 @@ def _shards(options: list[str], mapping: list[str]) -> list[Database]:
         Database(
             label=label,
             conninfo=make_conninfo(connstr, **login),
-            partitions=tuple(sorted(parts)),
+            partitions=parts,
         )
         for label, (connstr, parts) in zip(labels, ordered, strict=True)
     ]

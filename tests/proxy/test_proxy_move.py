@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 from psycopg import sql
 
-from controlplane import partition_move
+from controlplane import cluster, partition_move
 from controlplane.cli import main
 from tests import harness
 from tests.proxy.topology import (
@@ -185,7 +185,8 @@ def _move(world: Cluster, *extra: str, as_json: bool = True) -> Any:
 
 
 def _server_option(world: Cluster, partition: int) -> str:
-    return partition_move._server_partitions(world.proxy)[partition]
+    shards, _ = cluster.shard_connstrs(world.proxy)
+    return partition_move._by_partition(shards)[partition]
 
 
 def test_the_moved_tables_are_every_office_table_but_the_shard_counters(world: Cluster) -> None:
