@@ -30,7 +30,6 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import psycopg
 
@@ -43,6 +42,17 @@ AGENT = f"'bench-agent-' || (:client_id % {enqueue.AGENTS})"
 RANDOM_KEY = "\\set k random(1, 2000000000)\n"
 TRIGGER = "runs_30_ready_insert"
 
+RUNS_ROW = (
+    "INSERT INTO office.runs (agent_profile_id, reason, payload, idempotency_key, task_id)"
+    f" VALUES ({AGENT}, 'task_assigned',"
+    f" jsonb_build_object('agent_profile_id', {AGENT}, 'task_id', {TASK}), {KEY}, {TASK})"
+    " ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING;"
+)
+ENQUEUE_RUN = (
+    f"SELECT outcome FROM office.enqueue_run({AGENT}, 'task_assigned', '{{}}'::jsonb,"
+    f" {KEY}, {TASK});"
+)
+
 
 @dataclass(frozen=True)
 class Case:
@@ -54,20 +64,10 @@ class Case:
 
 CASES = [
     Case("floor", f"INSERT INTO public.bench_floor (k) VALUES ({KEY}) ON CONFLICT DO NOTHING;"),
-    Case(
-        "runs row",
-        "INSERT INTO office.runs (agent_profile_id, reason, payload, idempotency_key, task_id)"
-        f" VALUES ({AGENT}, 'task_assigned',"
-        f" jsonb_build_object('agent_profile_id', {AGENT}, 'task_id', {TASK}), {KEY}, {TASK})"
-        " ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING;",
-    ),
-    Case("runs row, no readiness trigger", "", without_trigger=True),
-    Case(
-        "enqueue_run",
-        f"SELECT outcome FROM office.enqueue_run({AGENT}, 'task_assigned', '{{}}'::jsonb,"
-        f" {KEY}, {TASK});",
-    ),
-    Case("enqueue_run, office.notify = off", "", notify="off"),
+    Case("runs row", RUNS_ROW),
+    Case("runs row, no readiness trigger", RUNS_ROW, without_trigger=True),
+    Case("enqueue_run", ENQUEUE_RUN),
+    Case("enqueue_run, office.notify = off", ENQUEUE_RUN, notify="off"),
 ]
 
 
@@ -77,43 +77,16 @@ def default_pgbench() -> str | None:
     return shutil.which("pgbench") or (str(debian) if debian.exists() else None)
 
 
-def _statement(case: Case) -> str:
-    """A case with no statement of its own runs the one before it."""
-    index = CASES.index(case)
-    while not CASES[index].statement:
-        index -= 1
-    return CASES[index].statement
-
-
 def _pgbench(
     binary: str, dsn: str, script: Path, clients: int, seconds: float, notify: str | None
 ) -> float:
-    parts = urlsplit(dsn)
     env = dict(os.environ)
     if notify is not None:
         env["PGOPTIONS"] = f"-c office.notify={notify}"
+    threads = ["-c", str(clients), "-j", str(clients), "-T", str(max(1, round(seconds)))]
     out = subprocess.run(
-        [
-            binary,
-            "-n",
-            "-M",
-            "prepared",
-            "-f",
-            str(script),
-            "-c",
-            str(clients),
-            "-j",
-            str(clients),
-            "-T",
-            str(max(1, round(seconds))),
-            "-h",
-            parts.hostname or "127.0.0.1",
-            "-p",
-            str(parts.port or 5432),
-            "-U",
-            parts.username or "postgres",
-            parts.path.lstrip("/"),
-        ],
+        # pgbench takes a connection string where it takes a database name.
+        [binary, "-n", "-M", "prepared", "-f", str(script), *threads, dsn],
         capture_output=True,
         text=True,
         env=env,
@@ -128,15 +101,15 @@ def measure(
     binary: str, dsn: str, case: Case, clients: int, seconds: float, workdir: Path
 ) -> float:
     script = workdir / "case.sql"
-    script.write_text(RANDOM_KEY + _statement(case) + "\n")
+    script.write_text(RANDOM_KEY + case.statement + "\n")
     enqueue.reset(dsn, "floor, fresh keys")
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        action = "DISABLE" if case.without_trigger else "ENABLE"
-        conn.execute(f"ALTER TABLE office.runs {action} TRIGGER {TRIGGER}")
-    try:
+    if not case.without_trigger:
         return _pgbench(binary, dsn, script, clients, seconds, case.notify)
-    finally:
-        with psycopg.connect(dsn, autocommit=True) as conn:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"ALTER TABLE office.runs DISABLE TRIGGER {TRIGGER}")
+        try:
+            return _pgbench(binary, dsn, script, clients, seconds, case.notify)
+        finally:
             conn.execute(f"ALTER TABLE office.runs ENABLE TRIGGER {TRIGGER}")
 
 
