@@ -68,7 +68,7 @@ class DatabaseHealth:
         return bool(self._up)
 
     def ok(self, started: float) -> None:
-        """A call begun at ``started`` (``time.monotonic()``) succeeded. One
+        """A call begun at ``started`` (``time.perf_counter()``) succeeded. One
         begun before the loss was recorded is not the connection's return:
         a thread can get the reply of a call that succeeded just before an
         outage after another thread has logged the outage, and taking it as
@@ -84,7 +84,7 @@ class DatabaseHealth:
             log.warning(
                 "%sdatabase connection restored after %.1f s",
                 self._where,
-                time.monotonic() - self._down_since,
+                time.perf_counter() - self._down_since,
                 extra={"event": "database_restored", **self._fields},
             )
 
@@ -93,7 +93,7 @@ class DatabaseHealth:
             was = self._up
             self._up = False
             if was is not False:
-                self._down_since = time.monotonic()
+                self._down_since = time.perf_counter()
         if self.metrics is not None:
             self.metrics.database_up.set(0)
         if was is not False:
@@ -181,7 +181,7 @@ class Loop(ABC):
         streak = 0
         log.debug("%s loop started (every %.3g s)", self.label, self.interval)
         while not self.stop.is_set():
-            started, began = time.perf_counter(), time.monotonic()
+            started = time.perf_counter()
             try:
                 more = self.iterate()
                 self.report_poison()
@@ -209,7 +209,7 @@ class Loop(ABC):
             self.metrics.loop_seconds.labels(loop=self.name).observe(time.perf_counter() - started)
             self.metrics.loop_last_success.labels(loop=self.name).set(time.time())
             self.iterations += 1
-            self.health.ok(began)
+            self.health.ok(started)
             if streak:
                 log.info(
                     "%s loop recovered after %d failed iterations",

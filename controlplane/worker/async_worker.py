@@ -147,7 +147,7 @@ class AsyncWorker(WorkerBase[AsyncOffice, Callable[[Run], Awaitable[object]]]):
                 self._wake.clear()
                 continue
             self._wake.clear()
-            started, began = time.perf_counter(), time.monotonic()
+            started = time.perf_counter()
             try:
                 run = await self.office.claim_run(core.worker_id, core.agent_profile_id)
             except Exception as exc:
@@ -155,7 +155,7 @@ class AsyncWorker(WorkerBase[AsyncOffice, Callable[[Run], Awaitable[object]]]):
                 await self._wait(self._stop, core.failed_call("claim", exc, streak))
                 continue
             core.metrics.claim_seconds.observe(time.perf_counter() - started)
-            core.health.ok(began)
+            core.health.ok(started)
             streak = 0
             if run is None:
                 await self._wait(self._wake, core.poll)
@@ -188,7 +188,7 @@ class AsyncWorker(WorkerBase[AsyncOffice, Callable[[Run], Awaitable[object]]]):
         core = self._core
         streak = 0
         while True:
-            began = time.monotonic()
+            began = time.perf_counter()
             try:
                 changed = await self.office.retry_run(slot.run.id, slot.run.attempt, 0)
             except Exception as exc:
@@ -238,7 +238,7 @@ class AsyncWorker(WorkerBase[AsyncOffice, Callable[[Run], Awaitable[object]]]):
         core, run = self._core, slot.run
         streak = 0
         while True:
-            began = time.monotonic()
+            began = time.perf_counter()
             try:
                 if outcome.kind is _Kind.FINISHED:
                     changed = await self.office.finish_run(run.id, run.attempt)
@@ -339,7 +339,7 @@ class AsyncWorker(WorkerBase[AsyncOffice, Callable[[Run], Awaitable[object]]]):
 
         while not self._closed.is_set():
             conn: Any = None
-            began = time.monotonic()
+            began = time.perf_counter()
             try:
                 conn = await connect()
                 await conn.add_listener(CHANNEL, on_notify)

@@ -125,7 +125,7 @@ class Worker(WorkerBase[Office, Callable[[Run], object]]):
                 self._wake.clear()
                 continue
             self._wake.clear()
-            started, began = time.perf_counter(), time.monotonic()
+            started = time.perf_counter()
             try:
                 run = self.office.claim_run(core.worker_id, core.agent_profile_id)
             except Exception as exc:
@@ -133,7 +133,7 @@ class Worker(WorkerBase[Office, Callable[[Run], object]]):
                 self._stop.wait(core.failed_call("claim", exc, streak))
                 continue
             core.metrics.claim_seconds.observe(time.perf_counter() - started)
-            core.health.ok(began)
+            core.health.ok(started)
             streak = 0
             if run is None:
                 self._wake.wait(core.poll)
@@ -164,7 +164,7 @@ class Worker(WorkerBase[Office, Callable[[Run], object]]):
         core = self._core
         streak = 0
         while True:
-            began = time.monotonic()
+            began = time.perf_counter()
             try:
                 changed = self.office.retry_run(slot.run.id, slot.run.attempt, 0)
             except Exception as exc:
@@ -203,7 +203,7 @@ class Worker(WorkerBase[Office, Callable[[Run], object]]):
         core, run = self._core, slot.run
         streak = 0
         while True:
-            began = time.monotonic()
+            began = time.perf_counter()
             try:
                 if outcome.kind is _Kind.FINISHED:
                     changed = self.office.finish_run(run.id, run.attempt)
@@ -286,7 +286,7 @@ class Worker(WorkerBase[Office, Callable[[Run], object]]):
         health = None if shard is None else DatabaseHealth(None, shard)
         streak = 0
         while not self._closed.is_set():
-            began = time.monotonic()
+            began = time.perf_counter()
             try:
                 with connect() as conn:
                     conn.autocommit = True
