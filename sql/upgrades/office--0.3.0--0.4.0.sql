@@ -1413,6 +1413,7 @@ BEGIN
     RETURN FOUND;
 END
 $$;
+
 CREATE OR REPLACE FUNCTION office.fail_run(run_id text, attempt int, error_message text) RETURNS boolean
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp

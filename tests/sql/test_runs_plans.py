@@ -171,7 +171,6 @@ def test_hot_path_lookups_read_a_few_entries_whatever_the_queue_holds(
     claimed = db.execute("SELECT id, attempt FROM office.claim_run('w', 'a2')").fetchone()
     assert claimed is not None
     db.execute("SELECT office.fail_run(%s, %s, 'e')", claimed)
-    db.execute("RESET auto_explain.log_min_duration")
     reads = _entries_read(plans)
     assert len(reads) > 10, reads
     assert {k: n for k, n in reads.items() if n > 8} == {}
