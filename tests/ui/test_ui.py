@@ -545,6 +545,8 @@ def test_click_through_in_a_real_browser(
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.wait import WebDriverWait
 
     run = family.execute("SELECT id FROM office.runs WHERE idempotency_key = 'issue:2'").fetchone()
     assert run is not None
@@ -579,7 +581,12 @@ def test_click_through_in_a_real_browser(
             driver.find_element(By.CSS_SELECTOR, "a[href*='/actions/cancel_run']").click()
             assert "Confirm: cancel run" in driver.find_element(By.TAG_NAME, "main").text
             driver.find_element(By.CSS_SELECTOR, "form button[type=submit]").click()
-            assert driver.find_element(By.ID, "outcome").text == "true"
+            # The click returns once the POST is sent, not once its page has
+            # loaded: wait for the outcome page before reading it.
+            outcome = WebDriverWait(driver, 60).until(
+                expected_conditions.presence_of_element_located((By.ID, "outcome"))
+            )
+            assert outcome.text == "true"
             driver.save_screenshot(str(tmp_path / "outcome.png"))
             assert console_errors() == []
         finally:
