@@ -1333,7 +1333,16 @@ BEGIN
                               FOR UPDATE SKIP LOCKED)
             RETURNING r.* INTO v_row;
             IF FOUND THEN
-                PERFORM office._unready_agents(ARRAY[v_cand_agent]);
+                -- The agent now holds a claim, in this statement's snapshot
+                -- as in every later one of ours: _unready_agents would delete
+                -- its rows and leave none to delay. Its lock and delete,
+                -- inline: the call was a fifth of a claim + finish cycle's
+                -- server time (docs/benchmarks.md). Were we to roll back, the
+                -- delete would go with the claim.
+                IF current_setting('transaction_isolation') = 'read committed'
+                   AND pg_try_advisory_xact_lock(hashtextextended('office.runs.ready:' || v_cand_agent, 0)) THEN
+                    DELETE FROM office.agent_ready r WHERE r.agent_profile_id = v_cand_agent;
+                END IF;
                 RETURN NEXT v_row;
                 RETURN;
             END IF;
