@@ -58,6 +58,39 @@ def busy_with_a_run_behind(db: Conn) -> tuple[str, int, str]:
     return r1, claimed[2], r2
 
 
+@pytest.mark.parametrize("agent", [None, "a1"])
+def test_a_claim_removes_its_agents_rows_unless_a_producer_holds_them(
+    db: Conn, dsn: str, agent: str | None
+) -> None:
+    # claim_run removes the rows of the agent it has just claimed for itself
+    # (sql/30_runs.sql): at once, in the claim's transaction ...
+    db.execute("SELECT office.upsert_agent('a1', 'w')")
+    r1 = enqueue(db, "a1", "r1")
+    enqueue(db, "a1", "r2")
+    with db.transaction():
+        db.execute("SET LOCAL TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        enqueue(db, "a1", "r3")  # under REPEATABLE READ: a row without a look
+    assert ready_rows(db, "a1") == 2
+    got = db.execute("SELECT id FROM office.claim_run('w', %s)", [agent]).fetchone()
+    assert got == (r1,)
+    assert ready_rows(db, "a1") == 0
+    # ... but never waiting: while a producer holds the agent's readiness
+    # lock, the claim goes ahead and leaves the rows to the next claimer.
+    db.execute("SELECT office.finish_run(%s, 1)", [r1])
+    assert ready_rows(db, "a1") == 1
+    with psycopg.connect(dsn, autocommit=True) as producer, producer.transaction():
+        producer.execute(
+            "SELECT pg_advisory_xact_lock_shared(hashtextextended('office.runs.ready:a1', 0))"
+        )
+        got = db.execute(
+            "SELECT agent_profile_id FROM office.claim_run('w', %s)", [agent]
+        ).fetchone()
+        assert got == ("a1",)
+        assert ready_rows(db, "a1") == 1
+    assert claim_any(db) is None  # a1 is busy: the row was a false positive ...
+    assert ready_rows(db, "a1") == 0  # ... that this claimer removed
+
+
 @pytest.mark.parametrize("path", ["finish_run", "fail_run", "cancel_run", "delete"])
 def test_the_end_of_a_claim_lists_the_agent_again(db: Conn, path: str) -> None:
     r1, attempt, r2 = busy_with_a_run_behind(db)
