@@ -17,11 +17,12 @@ import psycopg
 from psycopg import sql
 from pydantic import BaseModel
 
-from controlplane.shards import mask, partition_connstrs
+from controlplane.client.queries import shards as shard_queries
+from controlplane.client.sync import fetch_rows
+from controlplane.shards import SERVER, mapping_login, mask, partition_connstrs
 
 log = logging.getLogger(__name__)
 
-SERVER = "office_cluster"
 OFFICE_ROLES = ("office_producer", "office_worker", "office_reader", "office_admin")
 
 
@@ -147,20 +148,15 @@ def _shard_status(connstr: str, user: str | None, parts: tuple[int, ...]) -> Sha
 
 def shard_connstrs(proxy: str) -> tuple[list[tuple[str, tuple[int, ...]]], str | None]:
     """The shard connection strings of office_cluster with their partitions
-    (shards.partition_connstrs), and the user of the PUBLIC (or current
-    user's) mapping."""
+    (shards.partition_connstrs), and the user of the mapping PL/Proxy itself
+    uses (the current user's, else PUBLIC's: the query the daemon and the
+    worker read their shards with)."""
     with psycopg.connect(proxy, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT s.srvoptions,"
-            " (SELECT o FROM pg_user_mappings m, unnest(m.umoptions) o"
-            "   WHERE m.srvid = s.oid AND o LIKE 'user=%%' ORDER BY m.usename = 'public' LIMIT 1)"
-            " FROM pg_foreign_server s WHERE s.srvname = %s",
-            (SERVER,),
-        ).fetchone()
-    if row is None:
+        rows = fetch_rows(conn, shard_queries.CLUSTER_SERVER, {"server": SERVER})
+    if not rows:
         raise ClusterError(f"no server {SERVER} on this database: run officectl cluster init")
-    user = row[1].partition("=")[2] if row[1] else None
-    return partition_connstrs(row[0]), user
+    user = mapping_login(rows[0]["mapping"] or []).get("user")
+    return partition_connstrs(rows[0]["options"] or []), user
 
 
 def cluster_status(proxy: str) -> ClusterStatus:

@@ -13,8 +13,8 @@ import psycopg
 from psycopg import sql
 from pydantic import BaseModel
 
-from controlplane.cluster import SERVER, ClusterError, shard_connstrs, with_user
-from controlplane.shards import mask
+from controlplane.cluster import ClusterError, shard_connstrs, with_user
+from controlplane.shards import SERVER, mask
 
 log = logging.getLogger(__name__)
 

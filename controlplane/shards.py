@@ -163,13 +163,19 @@ def partition_connstrs(options: list[str]) -> list[tuple[str, tuple[int, ...]]]:
     )
 
 
-def _shards(options: list[str], mapping: list[str]) -> list[Database]:
-    """The shard databases of the server's options, each with its partitions."""
-    login = {
+def mapping_login(mapping: list[str]) -> dict[str, str]:
+    """The ``user`` and ``password`` options of a user mapping (CLUSTER_SERVER's
+    ``mapping``: the one PL/Proxy itself would use)."""
+    return {
         name: value
         for name, _, value in (o.partition("=") for o in mapping)
         if name in ("user", "password")
     }
+
+
+def _shards(options: list[str], mapping: list[str]) -> list[Database]:
+    """The shard databases of the server's options, each with its partitions."""
+    login = mapping_login(mapping)
     ordered = partition_connstrs(options)
     where = [conninfo_to_dict(connstr) for connstr, _ in ordered]
     names = [str(w.get("dbname") or w.get("user") or login.get("user") or "shard") for w in where]

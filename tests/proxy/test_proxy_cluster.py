@@ -10,7 +10,10 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 from click.testing import CliRunner
+from psycopg.conninfo import conninfo_to_dict
 
+from controlplane import cluster
+from controlplane import shards as shard_topology
 from controlplane.cli import main
 from tests import harness
 from tests.proxy.topology import _create_database, _drop_database, _local, plproxy_missing
@@ -74,3 +77,22 @@ def test_status_fails_when_a_shard_is_unreachable(databases: tuple[str, list[str
     _drop_database(harness.conninfo("postgres"), shards[1].rsplit("dbname=", 1)[1])
     result = CliRunner().invoke(main, ["cluster", "status", "--proxy", proxy])
     assert result.exit_code == 1 and "PROBLEM" in result.output
+
+
+def test_status_reads_the_mapping_pl_proxy_uses(databases: tuple[str, list[str]]) -> None:
+    # PL/Proxy connects with the current user's mapping, else PUBLIC's; status
+    # and moves (cluster.shard_connstrs) read the same one as the daemon and
+    # the worker (shards.resolve), not another role's that the owner can see.
+    proxy, shards = databases
+    args = ["cluster", "init", "--proxy", proxy, "--shard", shards[0], "--shard", shards[1]]
+    assert CliRunner().invoke(main, args).exit_code == 0
+    with psycopg.connect(proxy, autocommit=True) as px:
+        px.execute(
+            "CREATE USER MAPPING FOR office_reader SERVER office_cluster"
+            " OPTIONS (user 'office_pxc_someone_else')"
+        )
+    connstrs, user = cluster.shard_connstrs(proxy)
+    assert user == harness.USER  # PUBLIC's, as cluster init wrote it
+    assert [c for c, _ in connstrs] == shards
+    workers = shard_topology.resolve(proxy).databases
+    assert [conninfo_to_dict(d.conninfo).get("user") for d in workers] == [user, user]
