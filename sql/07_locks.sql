@@ -13,8 +13,8 @@
 --   runs.claim:<agent>                     claim_run, per candidate agent
 -- The enqueue locks (runs.key:<key>, runs.bucket:<agent>:<reason>:<task>) are
 -- office._run_locks' of 30_runs.sql, and the readiness lock (runs.ready:<agent>)
--- is office._ready_agents' and office._unready_agents': the hot path hashes
--- them without a further call.
+-- is office._ready_agents', office._unready_agents' and claim_run's (for the
+-- agent it has just claimed): the hot path hashes them without a further call.
 
 CREATE FUNCTION office._lock_key(kind text, VARIADIC parts text[] DEFAULT '{}') RETURNS text
     LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
