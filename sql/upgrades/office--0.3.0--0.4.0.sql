@@ -673,10 +673,16 @@ GRANT EXECUTE ON FUNCTION office._run_locks(text[], text[], text[], text[], bool
 -- (enqueue_runs of 1,000 runs: most of the signal's time). One run (the
 -- single enqueue) keeps its own probe: a set-based statement measured 2-3x
 -- slower there, its planning or its aggregate costing more than the probes.
+-- No bitmap scan: the probe's LIMIT (k + 1) is not known when it is planned,
+-- and against the statistics of a backlog (a few hundred queued runs an
+-- agent, a bulk call over many agents) a bitmap scan looked cheaper; it
+-- reads every queued run of the agent before the LIMIT applies, so a bulk
+-- call cost what the backlog held (tests/sql/test_runs_plans.py).
 CREATE FUNCTION office._signal_runs(agent_profile_ids text[], run_ids text[]) RETURNS void
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp
     SET enable_seqscan = off
+    SET enable_bitmapscan = off
 AS $$
 DECLARE
     v_mode  text := coalesce(nullif(current_setting('office.notify', true), ''), 'edge');

@@ -95,23 +95,47 @@ def test_bulk_enqueue_never_scans_the_queue_after_an_empty_analyze(
     assert scans.get("agent_profiles", 0) == 0, scans
 
 
-def _entries_read(plans: list[dict[str, Any]]) -> dict[tuple[str, str], int]:
+def _entries_read(
+    plans: list[dict[str, Any]], *, per_loop: bool = False
+) -> dict[tuple[str, str], int]:
     """The most rows any one scan read, per (statement's first words, index or
     table of a sequential scan): its rows, plus those its filter removed, over
-    all its loops."""
+    all its loops (or, with ``per_loop``, in one loop: a probe made once per
+    element of a bulk call reads a few entries each time)."""
     most: dict[tuple[str, str], int] = {}
 
     def walk(statement: str, node: dict[str, Any]) -> None:
         if "Index Name" in node or node["Node Type"] == "Seq Scan":
-            per_loop = node["Actual Rows"] + node.get("Rows Removed by Filter", 0)
+            read = node["Actual Rows"] + node.get("Rows Removed by Filter", 0)
+            if not per_loop:
+                read *= node["Actual Loops"]
             key = (statement, node.get("Index Name", node.get("Relation Name", "")))
-            most[key] = max(most.get(key, 0), round(per_loop * node["Actual Loops"]))
+            most[key] = max(most.get(key, 0), round(read))
         for child in node.get("Plans", []):
             walk(statement, child)
 
     for plan in plans:
         walk(" ".join(plan["Query Text"].split()[:6]), plan["Plan"])
     return most
+
+
+def _explained(db: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+    """From now on, every statement ``db`` runs, nested ones included, adds
+    its plan (auto_explain, with actual rows, as JSON) to the list returned."""
+    plans: list[dict[str, Any]] = []
+    db.add_notice_handler(
+        lambda notice: (
+            plans.append(json.loads(notice.message_primary.split("plan:", 1)[1]))
+            if notice.message_primary and "plan:" in notice.message_primary
+            else None
+        )
+    )
+    db.execute(
+        "LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0;"
+        " SET auto_explain.log_nested_statements = on; SET auto_explain.log_analyze = on;"
+        " SET auto_explain.log_format = json; SET auto_explain.log_level = notice"
+    )
+    return plans
 
 
 def test_hot_path_lookups_read_a_few_entries_whatever_the_queue_holds(
@@ -135,19 +159,7 @@ def test_hot_path_lookups_read_a_few_entries_whatever_the_queue_holds(
         "   FROM generate_series(1, 300) n;"
         " SELECT office.enqueue_run('a2', 'reason-' || n) FROM generate_series(1, 300) n"
     )
-    plans: list[dict[str, Any]] = []
-    db.add_notice_handler(
-        lambda notice: (
-            plans.append(json.loads(notice.message_primary.split("plan:", 1)[1]))
-            if notice.message_primary and "plan:" in notice.message_primary
-            else None
-        )
-    )
-    db.execute(
-        "LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0;"
-        " SET auto_explain.log_nested_statements = on; SET auto_explain.log_analyze = on;"
-        " SET auto_explain.log_format = json; SET auto_explain.log_level = notice"
-    )
+    plans = _explained(db)
     db.execute("SELECT office.enqueue_run('a1', 'task_assigned', '{}', 'k-new', 'task-new')")
     db.execute("SELECT office.enqueue_run('a1', 'task_assigned', '{}', 'k-7', 'task-7')")
     db.execute("SELECT office.enqueue_run('a2', 'reason-new')")
@@ -173,4 +185,54 @@ def test_hot_path_lookups_read_a_few_entries_whatever_the_queue_holds(
     db.execute("SELECT office.fail_run(%s, %s, 'e')", claimed)
     reads = _entries_read(plans)
     assert len(reads) > 10, reads
+    assert {k: n for k, n in reads.items() if n > 8} == {}
+
+
+def test_hot_path_probes_read_a_few_entries_when_the_statistics_see_a_backlog(
+    db: psycopg.Connection[Any],
+) -> None:
+    # The opposite of an empty analyze: 32 agents with about 300 queued runs
+    # each, analyzed. The wake-up signal of a bulk call looks, per agent, for
+    # due runs beyond those the call queued (LIMIT the call's own + 1); as a
+    # bitmap scan it read every queued run of every agent in the call before
+    # the LIMIT applied (300 a probe here, 2,000 in bench/hotpath.py's
+    # queue), so a bulk enqueue cost what the agents' backlog held.
+    db.execute("SELECT office.upsert_agent('b' || n, 'w') FROM generate_series(1, 32) n")
+    db.execute(
+        "INSERT INTO office.runs (agent_profile_id, reason, task_id)"
+        " SELECT 'b' || (1 + n % 32), 'task_assigned', 'task-' || n"
+        " FROM generate_series(1, 10000) n"
+    )
+    db.execute("VACUUM ANALYZE office.runs")
+    plans = _explained(db)
+    for elements in (
+        [
+            {"agent_profile_id": f"b{n}", "reason": "r", "task_id": f"bulk-{n}"}
+            for n in range(1, 33)
+        ],
+        [{"agent_profile_id": f"b{n}", "reason": "r"} for n in range(1, 33)],
+    ):
+        rows = db.execute(
+            "SELECT outcome FROM office.enqueue_runs(%s::jsonb)", [json.dumps(elements)]
+        ).fetchall()
+        assert rows == [("queued",)] * 32
+    # Element by element: each coalesces into the run the call above queued.
+    rows = db.execute(
+        "SELECT outcome FROM office.enqueue_runs(%s::jsonb)",
+        [json.dumps([{"agent_profile_id": "b1", "reason": "r"}] * 3)],
+    ).fetchall()
+    assert rows == [("coalesced",)] * 3
+    # The single calls, under the same statistics.
+    db.execute("SELECT office.enqueue_run('b1', 'task_assigned', '{}', 'k-1', 'task-new')")
+    db.execute("SELECT office.enqueue_run('b1', 'task_assigned', '{}', 'k-1', 'task-new')")
+    db.execute("SELECT office.enqueue_run('b2', 'r')")
+    claimed = db.execute("SELECT id, attempt FROM office.claim_run()").fetchone()
+    assert claimed is not None
+    db.execute("SELECT office.heartbeat_run(%s, %s)", claimed)
+    db.execute("SELECT office.finish_run(%s, %s)", claimed)
+    claimed = db.execute("SELECT id, attempt FROM office.claim_run('w', 'b3')").fetchone()
+    assert claimed is not None
+    db.execute("SELECT office.fail_run(%s, %s, 'e')", claimed)
+    reads = _entries_read(plans, per_loop=True)
+    assert any(statement.startswith("SELECT a.agent") for statement, _ in reads), reads
     assert {k: n for k, n in reads.items() if n > 8} == {}
