@@ -1628,12 +1628,19 @@ BEGIN
         v_head := NEW.requested_at;
     ELSE
         -- A run that became queued again, a claim that ended: the agent's
-        -- oldest queued run is the head, looked up below.
+        -- oldest queued run is the head, looked up below. (The UPDATE
+        -- trigger's WHEN clause holds only the first test of each case; the
+        -- rest is here: see runs_30_ready_update.)
         v_agents := '{}';
-        IF TG_OP = 'UPDATE' AND NEW.status = 'queued' THEN
+        IF TG_OP = 'UPDATE' AND NEW.status = 'queued'
+           AND (OLD.status <> 'queued' OR OLD.agent_profile_id <> NEW.agent_profile_id
+                OR NEW.requested_at < OLD.requested_at
+                OR NEW.scheduled_retry_at IS DISTINCT FROM OLD.scheduled_retry_at) THEN
             v_agents := ARRAY[NEW.agent_profile_id];
         END IF;
-        IF OLD.status = 'claimed' AND OLD.agent_profile_id <> ALL (v_agents) THEN
+        IF OLD.status = 'claimed'
+           AND (TG_OP = 'DELETE' OR NEW.status <> 'claimed' OR OLD.agent_profile_id <> NEW.agent_profile_id)
+           AND OLD.agent_profile_id <> ALL (v_agents) THEN
             v_agents := v_agents || OLD.agent_profile_id;
         END IF;
     END IF;
@@ -1678,16 +1685,19 @@ CREATE TRIGGER runs_30_ready_insert
     WHEN (NEW.status = 'queued')
     EXECUTE FUNCTION office._ready_agents();
 
--- A claim (queued -> claimed), a coalesce or a heartbeat does not fire it.
+-- It fires for a run that is queued after the update (queued again, moved
+-- to another agent, re-dated earlier, its retry time changed) and for a
+-- claim that ended or moved; the function tells these apart from an update
+-- that changed none of it. A claim (queued -> claimed), a coalesce or a
+-- heartbeat does not fire it. The WHEN clause is short on purpose: it is
+-- read again from its stored text at every statement that updates
+-- office.runs, and with the whole conditions there, this clause and
+-- runs_70_parent_wake_mark_update's were 15 % of the instructions of a
+-- claim + finish cycle (callgrind, docs/benchmarks.md).
 CREATE TRIGGER runs_30_ready_update
     AFTER UPDATE OF status, agent_profile_id, requested_at, scheduled_retry_at ON office.runs
     FOR EACH ROW
-    WHEN ((NEW.status = 'queued'
-           AND (OLD.status <> 'queued' OR OLD.agent_profile_id <> NEW.agent_profile_id
-                OR NEW.requested_at < OLD.requested_at
-                OR NEW.scheduled_retry_at IS DISTINCT FROM OLD.scheduled_retry_at))
-          OR (OLD.status = 'claimed'
-              AND (NEW.status <> 'claimed' OR OLD.agent_profile_id <> NEW.agent_profile_id)))
+    WHEN (NEW.status = 'queued' OR OLD.status = 'claimed')
     EXECUTE FUNCTION office._ready_agents();
 
 CREATE TRIGGER runs_30_ready_delete
@@ -3318,8 +3328,15 @@ CREATE OR REPLACE FUNCTION office._runs_parent_wake_mark() RETURNS trigger
 AS $$
 BEGIN
     IF TG_LEVEL = 'ROW' THEN
-        -- (the WHEN clause: a task_children_completed run of a task)
-        INSERT INTO office.parent_wake_marks (parent_task_id) VALUES (OLD.task_id);
+        -- (the WHEN clause: a task_children_completed run) Of a task, and it
+        -- left flight, was re-dated or was re-targeted.
+        IF OLD.task_id IS NOT NULL
+           AND ((OLD.status IN ('queued', 'claimed') AND NEW.status NOT IN ('queued', 'claimed'))
+                OR NEW.requested_at IS DISTINCT FROM OLD.requested_at
+                OR NEW.task_id IS DISTINCT FROM OLD.task_id
+                OR NEW.reason IS DISTINCT FROM OLD.reason) THEN
+            INSERT INTO office.parent_wake_marks (parent_task_id) VALUES (OLD.task_id);
+        END IF;
         RETURN NULL;
     END IF;
     -- DELETE, per statement (prune_runs deletes many): the open parents only.
@@ -3514,6 +3531,14 @@ CREATE TRIGGER agent_profiles_70_parent_wake_mark_update
     WHEN (NEW.status <> ALL (office._statuses_refusing_runs())
           AND (OLD.status = ANY (office._statuses_refusing_runs()) OR OLD.id IS DISTINCT FROM NEW.id))
     EXECUTE FUNCTION office._agents_parent_wake_mark();
+
+-- The reason only: the function tests the rest (60_parent_wake.sql).
+DROP TRIGGER runs_70_parent_wake_mark_update ON office.runs;
+CREATE TRIGGER runs_70_parent_wake_mark_update
+    AFTER UPDATE ON office.runs
+    FOR EACH ROW
+    WHEN (OLD.reason = 'task_children_completed')
+    EXECUTE FUNCTION office._runs_parent_wake_mark();
 
 -- (end of parent-wake)
 -- === daemon (70_daemon.sql) ====================================================

@@ -349,3 +349,45 @@ def test_claimers_producers_and_finishers_never_leave_a_claimable_run_behind(
         drained += 1
     assert drained == queued[0]
     assert db.execute("SELECT count(*) FROM office.runs WHERE status = 'queued'").fetchone() == (0,)
+
+
+def test_an_update_that_changes_nothing_it_depends_on_lists_nothing(db: Conn) -> None:
+    # runs_30_ready_update's WHEN clause holds only the first test of each
+    # case (the run is queued after the update, or was claimed before it);
+    # the function tests the rest and lists nobody for an update that leaves
+    # the run queued where and when it was, or a claim held as it was.
+    db.execute("SELECT office.upsert_agent('a1', 'w')")
+    r1 = enqueue(db, "a1", "r1")
+    db.execute("DELETE FROM office.agent_ready")
+    db.execute(
+        "UPDATE office.runs SET status = 'queued', requested_at = requested_at + interval '1 s'"
+        " WHERE id = %s",
+        [r1],
+    )
+    assert ready_rows(db, "a1") == 0
+    db.execute(
+        "UPDATE office.runs SET requested_at = requested_at - interval '2 s' WHERE id = %s", [r1]
+    )
+    assert ready_rows(db, "a1") == 1  # re-dated earlier: listed
+    claimed = claim_any(db)
+    assert claimed is not None and claimed[0] == r1
+    enqueue(db, "a1", "r2")
+    db.execute("DELETE FROM office.agent_ready")
+    db.execute("UPDATE office.runs SET status = 'claimed' WHERE id = %s", [r1])
+    assert ready_rows(db, "a1") == 0
+    db.execute("SELECT office.finish_run(%s, %s)", [r1, claimed[2]])
+    assert ready_rows(db, "a1") == 1  # the claim ended: listed
+
+
+def test_a_heartbeat_of_a_parent_wake_run_marks_nothing_and_its_end_does(db: Conn) -> None:
+    # runs_70_parent_wake_mark_update's WHEN clause names the reason only;
+    # the function marks the parent when the run leaves flight, not on a beat.
+    db.execute("SELECT office.upsert_agent('a1', 'w')")
+    db.execute("SELECT office.enqueue_run('a1', 'task_children_completed', '{}', 'k', 'P')")
+    claimed = claim_any(db)
+    assert claimed is not None
+    db.execute("DELETE FROM office.parent_wake_marks")
+    db.execute("SELECT office.heartbeat_run(%s, %s)", [claimed[0], claimed[2]])
+    assert db.execute("SELECT count(*) FROM office.parent_wake_marks").fetchone() == (0,)
+    db.execute("SELECT office.finish_run(%s, %s)", [claimed[0], claimed[2]])
+    assert db.execute("SELECT parent_task_id FROM office.parent_wake_marks").fetchall() == [("P",)]
