@@ -494,7 +494,30 @@ COMMENT ON FUNCTION office.recover_stale_runs(interval) IS
 REVOKE EXECUTE ON FUNCTION office.recover_stale_runs(interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.recover_stale_runs(interval) TO office_admin;
 -- 0.4.0: time-ordered run ids; leases (heartbeat_at); remembered keys; the
--- claim index that skips busy agents; counters in exclusive slots.
+-- claim index that skips busy agents; counters in exclusive slots; one
+-- CHECK, a function call, for the four column CHECKs (30_runs.sql says why).
+CREATE FUNCTION office._run_row_valid(status text, reason text, payload jsonb, idempotency_key text)
+    RETURNS boolean
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN status IN ('queued', 'claimed', 'finished', 'failed', 'cancelled')
+       AND reason <> ''
+       AND jsonb_typeof(payload) = 'object'
+       AND (idempotency_key IS NULL OR (idempotency_key <> '' AND length(idempotency_key) <= 512));
+END
+$$;
+COMMENT ON FUNCTION office._run_row_valid(text, text, jsonb, text) IS
+    'Internal: the CHECK of office.runs: a known status, a non-empty reason, an object payload, an idempotency_key that is NULL or 1 to 512 characters.';
+REVOKE EXECUTE ON FUNCTION office._run_row_valid(text, text, jsonb, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._run_row_valid(text, text, jsonb, text) TO office_admin;
+ALTER TABLE office.runs
+    DROP CONSTRAINT runs_reason_check,
+    DROP CONSTRAINT runs_payload_check,
+    DROP CONSTRAINT runs_status_check,
+    DROP CONSTRAINT runs_idempotency_key_check,
+    ADD CONSTRAINT runs_row_check CHECK (office._run_row_valid(status, reason, payload, idempotency_key));
 ALTER TABLE office.runs ALTER COLUMN id SET DEFAULT office._uuid_v7();
 ALTER TABLE office.runs ADD COLUMN heartbeat_at timestamptz;
 -- A claim made before 0.4.0 beat last when it was made.

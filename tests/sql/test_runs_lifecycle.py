@@ -435,3 +435,47 @@ def test_an_admin_recovers_and_prunes_and_a_worker_cannot_recover(db: Conn) -> N
         assert claim(db) is None
     finally:
         db.execute("RESET ROLE")
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [
+        ("status", "bogus"),
+        ("reason", ""),
+        ("payload", "[]"),
+        ("payload", "1"),
+        ("idempotency_key", ""),
+        ("idempotency_key", "k" * 513),
+    ],
+)
+def test_a_run_row_written_straight_is_checked(db: Conn, column: str, value: str) -> None:
+    # The table's own CHECK (runs_row_check), for a writer that bypasses the
+    # functions: by an insert and by an update, nothing written either way.
+    db.execute("SELECT office.upsert_agent('a1', 'w')")
+    run_id = enqueue(db, "a1", "r", "k-1")
+    cast = "jsonb" if column == "payload" else "text"
+    with pytest.raises(psycopg.errors.CheckViolation) as caught:
+        db.execute(
+            f"INSERT INTO office.runs (agent_profile_id, reason, {column})"
+            f" VALUES ('a1', 'r2', %s::{cast})"
+            if column != "reason"
+            else "INSERT INTO office.runs (agent_profile_id, reason) VALUES ('a1', %s)",
+            [value],
+        )
+    assert caught.value.diag.constraint_name == "runs_row_check"
+    with pytest.raises(psycopg.errors.CheckViolation):
+        db.execute(f"UPDATE office.runs SET {column} = %s::{cast} WHERE id = %s", [value, run_id])
+    assert db.execute("SELECT count(*) FROM office.runs").fetchone() == (1,)
+    assert db.execute(
+        "SELECT status, reason, payload ->> 'agent_profile_id', idempotency_key FROM office.runs"
+    ).fetchone() == ("queued", "r", "a1", "k-1")
+
+
+def test_the_run_row_check_admits_the_bounds(db: Conn) -> None:
+    db.execute("SELECT office.upsert_agent('a1', 'w')")
+    db.execute(
+        "INSERT INTO office.runs (agent_profile_id, reason, status, idempotency_key)"
+        " SELECT 'a1', 'r', s, k FROM unnest(ARRAY['queued', 'claimed', 'finished', 'failed',"
+        " 'cancelled'], ARRAY[repeat('k', 512), NULL, 'x', NULL, 'y']) AS u(s, k)"
+    )
+    assert db.execute("SELECT count(*) FROM office.runs").fetchone() == (5,)
