@@ -579,6 +579,16 @@ COMMENT ON FUNCTION office._counter_slot() IS
 REVOKE EXECUTE ON FUNCTION office._counter_slot() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office._counter_slot() TO office_admin;
 
+-- The label CHECKs as one array constant each (25_counters.sql says why).
+ALTER TABLE office.dedup_counters
+    DROP CONSTRAINT dedup_counters_queue_check,
+    DROP CONSTRAINT dedup_counters_kind_check,
+    ADD CONSTRAINT dedup_counters_queue_check CHECK (queue = ANY ('{runs,wakeup}'::text[])),
+    ADD CONSTRAINT dedup_counters_kind_check CHECK (kind = ANY ('{windowed,durable,coalesced}'::text[]));
+ALTER TABLE office.keyless_counters
+    DROP CONSTRAINT keyless_counters_cause_check,
+    ADD CONSTRAINT keyless_counters_cause_check CHECK (cause = ANY ('{unresolved,by_design}'::text[]));
+
 CREATE OR REPLACE FUNCTION office._count_dedup(queue text, reason text, kind text) RETURNS void
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
