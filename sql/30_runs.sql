@@ -688,8 +688,10 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = '22023',
             MESSAGE = format('reason must not be empty (agent %s)', quote_literal(v_agent));
     END IF;
-    PERFORM office._check_short_text('reason', v_reason);
-    PERFORM office._check_short_text('task_id', v_task);
+    -- Assignments, not PERFORM: an expression is evaluated without starting
+    -- a statement (1 % of a fresh enqueue's instructions for the two).
+    v_reason := office._check_short_text('reason', v_reason);
+    v_task := office._check_short_text('task_id', v_task);
     IF v_payload IS NULL OR jsonb_typeof(v_payload) <> 'object' THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
             MESSAGE = format('payload must be a JSON object, not %s', coalesce(jsonb_typeof(v_payload), 'NULL'));
@@ -1118,6 +1120,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_agent       text := nullif(claim_run.agent_profile_id, '');
+    v_worker      text := office._check_short_text('worker_id', claim_run.worker_id);
     v_skip_agents text[] := '{}';
     v_skip_runs   text[] := '{}';
     v_cand_ids    text[];
@@ -1127,7 +1130,6 @@ DECLARE
     v_cand_agent  text;
     v_row         office.runs;
 BEGIN
-    PERFORM office._check_short_text('worker_id', claim_run.worker_id);
     -- One candidate at a time, oldest first. Without an agent, the agents
     -- looked at are the first 8 of office.agent_ready (oldest head_at first,
     -- those due now): an agent that holds a claim, does not accept runs or
@@ -1239,7 +1241,7 @@ BEGIN
             -- By its primary key only: status compared under "C"
             -- (sql/30_runs.sql, "Plans").
             UPDATE office.runs r
-               SET status = 'claimed', claimed_at = now(), claimed_by = claim_run.worker_id,
+               SET status = 'claimed', claimed_at = now(), claimed_by = v_worker,
                    heartbeat_at = now(), attempt = r.attempt + 1
              WHERE r.id = (SELECT l.id FROM office.runs l
                             WHERE l.id = v_cand_id AND l.status COLLATE "C" = 'queued'
