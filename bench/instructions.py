@@ -213,9 +213,10 @@ def main() -> None:
             "## Server instructions per call (issue 13)",
             "",
             "Command: `make bench` (`bash bench/run.sh instructions`): callgrind over"
-            " `postgres --single`, each case on a fresh copy of one cluster (office, 64 agents,"
-            f" {QUEUED:,} queued runs), per call = (I(2N) − I(N)) / N after {WARM_UP} warm-up"
-            " calls (bench/instructions.py says why and how).",
+            " `postgres --single -c fsync=off -c autovacuum=off` (the machine line's settings"
+            " are the bench cluster's), each case on a fresh copy of one cluster (office,"
+            f" 64 agents, {QUEUED:,} queued runs), per call = (I(2N) − I(N)) / N after"
+            f" {WARM_UP} warm-up calls (bench/instructions.py says why and how).",
             f"Machine: {machine_line(args.dsn)}.",
             "",
             "A count is the server's own work for one call, its commit included: not the"
