@@ -41,6 +41,23 @@ from bench.common import bench_parser, machine_line, publish, run_sync
 AGENTS = 64
 QUEUED = 100_000  # runs queued before a claim case: more than a case drains
 
+# The floor tables (a keyed table, a raw queue) and the claim cases' queue:
+# statements without parameters, so bench/instructions.py runs them too.
+FLOOR_TABLES = (
+    "CREATE TABLE IF NOT EXISTS public.bench_floor (k text NOT NULL)",
+    "CREATE UNIQUE INDEX IF NOT EXISTS bench_floor_k ON public.bench_floor (k)",
+    "CREATE TABLE IF NOT EXISTS public.bench_queue (id bigserial PRIMARY KEY,"
+    " status text NOT NULL DEFAULT 'queued', claimed_at timestamptz, finished_at timestamptz)",
+    "CREATE INDEX IF NOT EXISTS bench_queue_queued ON public.bench_queue (id)"
+    " WHERE status = 'queued'",
+)
+FILL_QUEUE = (
+    "INSERT INTO office.runs (agent_profile_id, reason, task_id, requested_at)"
+    f" SELECT 'bench-agent-' || (n % {AGENTS}), 'task_assigned', 'task-' || n,"
+    "        now() - interval '1 hour' + n * interval '1 millisecond'"
+    f" FROM generate_series(1, {QUEUED}) n"
+)
+
 ENQUEUE = "SELECT outcome FROM office.enqueue_run(%s, 'task_assigned', '{}'::jsonb, %s, %s)"
 FLOOR = "INSERT INTO public.bench_floor (k) VALUES (%s) ON CONFLICT DO NOTHING"
 RAW_CLAIM = (
@@ -68,17 +85,8 @@ _batch = itertools.count()
 def reset(dsn: str) -> None:
     """Empty every office table but the agents and the floor tables, then checkpoint."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("CREATE TABLE IF NOT EXISTS public.bench_floor (k text NOT NULL)")
-        conn.execute("CREATE UNIQUE INDEX IF NOT EXISTS bench_floor_k ON public.bench_floor (k)")
-        conn.execute(
-            "CREATE TABLE IF NOT EXISTS public.bench_queue (id bigserial PRIMARY KEY,"
-            " status text NOT NULL DEFAULT 'queued', claimed_at timestamptz,"
-            " finished_at timestamptz)"
-        )
-        conn.execute(
-            "CREATE INDEX IF NOT EXISTS bench_queue_queued ON public.bench_queue (id)"
-            " WHERE status = 'queued'"
-        )
+        for statement in FLOOR_TABLES:
+            conn.execute(statement)
         tables = conn.execute(
             "SELECT string_agg(format('%I.%I', schemaname, tablename), ', ') FROM pg_tables"
             " WHERE schemaname = 'office' AND tablename <> 'agent_profiles'"
@@ -133,13 +141,7 @@ def _grow(conn: psycopg.Connection[Any]) -> None:
 def _fill_queue(conn: psycopg.Connection[Any]) -> None:
     """QUEUED queued runs over the AGENTS agents, in requested order (the
     claim cases' queue), analyzed and checkpointed."""
-    conn.execute(
-        "INSERT INTO office.runs (agent_profile_id, reason, task_id, requested_at)"
-        " SELECT 'bench-agent-' || (n %% %s), 'task_assigned', 'task-' || n,"
-        "        now() - interval '1 hour' + n * interval '1 millisecond'"
-        " FROM generate_series(1, %s) n",
-        (AGENTS, QUEUED),
-    )
+    conn.execute(FILL_QUEUE)
     conn.execute("VACUUM ANALYZE")
     conn.execute("CHECKPOINT")
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.common import bench_parser, machine_line, publish
-from bench.hotpath import AGENTS, QUEUED
+from bench.hotpath import AGENTS, FILL_QUEUE, FLOOR_TABLES, QUEUED
 
 PG_BIN = Path(os.environ.get("OFFICE_BENCH_PG_BIN", "/usr/lib/postgresql/15/bin"))
 WARM_UP = 20
@@ -43,15 +43,8 @@ SETUP = [
     "CREATE EXTENSION office",
     "SELECT count(*) FROM (SELECT office.upsert_agent('bench-agent-' || n, 'bench')"
     f" FROM generate_series(0, {AGENTS - 1}) n) s",
-    "INSERT INTO office.runs (agent_profile_id, reason, task_id, requested_at)"
-    f" SELECT 'bench-agent-' || (n % {AGENTS}), 'task_assigned', 'task-' || n,"
-    "        now() - interval '1 hour' + n * interval '1 millisecond'"
-    f" FROM generate_series(1, {QUEUED}) n",
-    "CREATE TABLE public.bench_floor (k text NOT NULL)",
-    "CREATE UNIQUE INDEX bench_floor_k ON public.bench_floor (k)",
-    "CREATE TABLE public.bench_queue (id bigserial PRIMARY KEY,"
-    " status text NOT NULL DEFAULT 'queued', claimed_at timestamptz, finished_at timestamptz)",
-    "CREATE INDEX bench_queue_queued ON public.bench_queue (id) WHERE status = 'queued'",
+    FILL_QUEUE,
+    *FLOOR_TABLES,
     f"INSERT INTO public.bench_queue (status) SELECT 'queued' FROM generate_series(1, {QUEUED})",
     """CREATE FUNCTION public.bench_office_cycle() RETURNS void LANGUAGE plpgsql AS $$
 DECLARE v_id text; v_attempt int;
