@@ -7,11 +7,13 @@ VENV        := .venv
 BIN         := $(VENV)/bin
 PG_CONFIG   ?= /usr/lib/postgresql/15/bin/pg_config
 # Debian packages the tests need: the PostgreSQL 15 server, and the client
-# package, which also ships PGXS and pg_isolation_regress; pg_cron for the
-# tested pg_cron example of docs/operations.md; PL/Proxy for the scale-out tests;
-# chromium and its driver for the dashboard's browser test.
-DEB_PACKAGES := postgresql-15 postgresql-client-15 postgresql-15-cron postgresql-15-plproxy \
-                chromium chromium-driver
+# package, which also ships PGXS and pg_isolation_regress; the server's headers,
+# for the native helpers (sql/office.c; installing them upgrades the server to
+# their version, so `make test` runs deps before it starts any cluster); pg_cron
+# for the tested pg_cron example of docs/operations.md; PL/Proxy for the
+# scale-out tests; chromium and its driver for the dashboard's browser test.
+DEB_PACKAGES := postgresql-15 postgresql-client-15 postgresql-server-dev-15 postgresql-15-cron \
+                postgresql-15-plproxy chromium chromium-driver
 
 .PHONY: help deps venv install demo test test-unit test-fast verify generate lint typecheck bench clean
 

@@ -108,6 +108,30 @@ def _granted(acl: Any) -> list[str]:
     return sorted(grantees, key=lambda r: ROLES.index(r) if r in ROLES else -1)
 
 
+_NATIVE_BINDING = re.compile(r"CREATE OR REPLACE FUNCTION office\.(\w+)\(")
+
+
+def _portable(name: str) -> tuple[str, str]:
+    """The language and body of a function's definition in the capability
+    files, the PL/pgSQL one that sql/95_native.sql replaces where the library
+    is installed: the reference documents what every install has, so it is
+    the same on either (tests/docs/test_reference.py runs on both)."""
+    for path in schema.capability_files():
+        text = path.read_text(encoding="utf-8")
+        found = re.search(
+            rf"CREATE FUNCTION office\.{name}\(.*?LANGUAGE (\w+).*?AS \$\$(.*?)\$\$;", text, re.S
+        )
+        if found:
+            return found.group(1), found.group(2)
+    raise RuntimeError(f"office.{name} has a native binding but no definition in sql/")
+
+
+def _natives() -> set[str]:
+    """The functions sql/95_native.sql binds to C where the library is installed."""
+    text = (schema.sql_dir() / "95_native.sql").read_text(encoding="utf-8")
+    return set(_NATIVE_BINDING.findall(text))
+
+
 def read_functions(conn: psycopg.Connection[Any]) -> list[Function]:
     rows = conn.execute(
         """
@@ -153,6 +177,11 @@ def read_functions(conn: psycopg.Connection[Any]) -> list[Function]:
             acl,
         ) in rows
     ]
+    natives = _natives()
+    for f in functions:
+        if f.name in natives:
+            language, f.source = _portable(f.name)
+            f.language = f"{language} (C where the library is installed: sql/95_native.sql)"
     triggers = conn.execute(
         """
         SELECT t.tgfoid::regprocedure::text, pg_get_triggerdef(t.oid)

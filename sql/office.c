@@ -1,0 +1,720 @@
+/*
+ * office: native definitions of hot-path helpers (95_native.sql binds them).
+ *
+ * Each function here has a PL/pgSQL definition of the same name, arguments
+ * and behaviour in the capability files (05_validation.sql, 30_runs.sql);
+ * that one serves wherever this library is not installed (a managed
+ * PostgreSQL, officectl migrate without superuser) and is the specification.
+ * These are called once per row on every write of office.runs, where a
+ * PL/pgSQL call with its SET search_path clause costs more than the work it
+ * does (docs/benchmarks.md, "Hot path, issue 13, sixth pass"). They resolve
+ * no names, so they need no search_path.
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_collation.h"
+#include "catalog/pg_type.h"
+#include "commands/async.h"
+#include "commands/trigger.h"
+#include "datatype/timestamp.h"
+#include "executor/spi.h"
+#include "executor/tuptable.h"
+#include "fmgr.h"
+#include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/fmgrprotos.h"
+#include "utils/fmgroids.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+PG_MODULE_MAGIC;
+
+PG_FUNCTION_INFO_V1(office_uuid_v7);
+PG_FUNCTION_INFO_V1(office_run_row_valid);
+PG_FUNCTION_INFO_V1(office_ready_agents);
+PG_FUNCTION_INFO_V1(office_check_short_text);
+PG_FUNCTION_INFO_V1(office_signal_runs);
+
+/*
+ * office._uuid_v7(): the layout of 05_validation.sql's definition. 48 bits
+ * of Unix time in milliseconds, the version nibble 7, 12 bits of the
+ * microsecond within that millisecond scaled to 4096 steps, then the
+ * variant bits 10 and 62 random bits; as lowercase text, 8-4-4-4-12.
+ */
+Datum
+office_uuid_v7(PG_FUNCTION_ARGS)
+{
+	/* clock_timestamp()'s clock, from the PostgreSQL epoch to Unix's */
+	int64		us = GetCurrentTimestamp() +
+		(int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY;
+	uint64		ms = (uint64) (us / 1000);
+	unsigned	fraction = (unsigned) ((us % 1000) * 4096 / 1000);
+	uint8		random[8];
+	char		text[37];
+
+	if (!pg_strong_random(random, sizeof(random)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not generate random values")));
+	random[0] = (random[0] & 0x3f) | 0x80;
+	snprintf(text, sizeof(text),
+			 "%08x-%04x-7%03x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+			 (unsigned) (ms >> 16), (unsigned) (ms & 0xffff), fraction,
+			 random[0], random[1], random[2], random[3],
+			 random[4], random[5], random[6], random[7]);
+	PG_RETURN_TEXT_P(cstring_to_text_with_len(text, 36));
+}
+
+/*
+ * office._check_short_text(what, value): 05_validation.sql's check, with its
+ * messages: NULL or at most 200 characters with no control character
+ * (U+0001-U+001F, U+007F-U+009F, the regular expression's class there, read
+ * as the regular expression reads it: the server encoding's characters).
+ */
+Datum
+office_check_short_text(PG_FUNCTION_ARGS)
+{
+	text	   *value;
+	const char *what;
+	int			bytes;
+	int			length;
+	pg_wchar   *chars;
+
+	if (PG_ARGISNULL(1))
+		PG_RETURN_NULL();
+	value = PG_GETARG_TEXT_PP(1);
+	what = PG_ARGISNULL(0) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(0));
+	bytes = VARSIZE_ANY_EXHDR(value);
+	length = pg_mbstrlen_with_len(VARDATA_ANY(value), bytes);
+	if (length > 200)
+	{
+		char	   *head = text_to_cstring(value);
+
+		head[pg_mbcharcliplen(head, bytes, 40)] = '\0';
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s %s is %d characters, more than 200",
+						what ? what : "", quote_literal_cstr(psprintf("%s...", head)), length)));
+	}
+	chars = palloc((length + 1) * sizeof(pg_wchar));
+	length = pg_mb2wchar_with_len(VARDATA_ANY(value), chars, bytes);
+	for (int i = 0; i < length; i++)
+	{
+		if ((chars[i] >= 0x01 && chars[i] <= 0x1f) || (chars[i] >= 0x7f && chars[i] <= 0x9f))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("%s %s contains a control character",
+							what ? what : "", quote_literal_cstr(text_to_cstring(value)))));
+	}
+	pfree(chars);
+	PG_RETURN_TEXT_P(value);
+}
+
+/* SQL's AND over three-valued terms: false wins, then NULL, then true. */
+typedef enum
+{
+	TERM_FALSE,
+	TERM_NULL,
+	TERM_TRUE
+} Term;
+
+static Term
+term_and(Term a, Term b)
+{
+	return a < b ? a : b;
+}
+
+static bool
+text_is(text *value, const char *word)
+{
+	size_t		length = strlen(word);
+
+	return VARSIZE_ANY_EXHDR(value) == length &&
+		memcmp(VARDATA_ANY(value), word, length) == 0;
+}
+
+/*
+ * office._run_row_valid(status, reason, payload, idempotency_key): the CHECK
+ * of office.runs, with 30_runs.sql's three-valued result: status one of the
+ * five, reason not empty, payload an object, idempotency_key NULL or 1 to
+ * 512 characters (equality is bytewise under every deterministic collation).
+ */
+Datum
+office_run_row_valid(PG_FUNCTION_ARGS)
+{
+	Term		result = TERM_TRUE;
+
+	if (PG_ARGISNULL(0))
+		result = term_and(result, TERM_NULL);
+	else
+	{
+		text	   *status = PG_GETARG_TEXT_PP(0);
+
+		if (!(text_is(status, "queued") || text_is(status, "claimed") ||
+			  text_is(status, "finished") || text_is(status, "failed") ||
+			  text_is(status, "cancelled")))
+			result = TERM_FALSE;
+	}
+	if (PG_ARGISNULL(1))
+		result = term_and(result, TERM_NULL);
+	else if (VARSIZE_ANY_EXHDR(PG_GETARG_TEXT_PP(1)) == 0)
+		result = TERM_FALSE;
+	if (PG_ARGISNULL(2))
+		result = term_and(result, TERM_NULL);
+	else
+	{
+		/* the root container's header alone says what the value is */
+		Jsonb	   *payload = (Jsonb *) PG_DETOAST_DATUM_SLICE(PG_GETARG_DATUM(2), 0,
+															   sizeof(uint32));
+
+		if (!JB_ROOT_IS_OBJECT(payload))
+			result = TERM_FALSE;
+	}
+	if (!PG_ARGISNULL(3))
+	{
+		text	   *key = PG_GETARG_TEXT_PP(3);
+		int			bytes = VARSIZE_ANY_EXHDR(key);
+
+		/* a character is at least a byte: count them only past 512 bytes */
+		if (bytes == 0 ||
+			(bytes > 512 && pg_mbstrlen_with_len(VARDATA_ANY(key), bytes) > 512))
+			result = TERM_FALSE;
+	}
+	if (result == TERM_NULL)
+		PG_RETURN_NULL();
+	PG_RETURN_BOOL(result == TERM_TRUE);
+}
+
+/* --- office._ready_agents(): the readier of office.agent_ready ------------ */
+/*
+ * 30_runs.sql's trigger function, step for step; the readiness comment there
+ * says why each step is there and why no claimable agent is left out. The two
+ * looks are index scans of their own (the PL/pgSQL function's LIMIT 1 and
+ * min() probes, which it keeps from other plans with enable_seqscan and
+ * enable_bitmapscan off), each in a snapshot taken after the readiness lock,
+ * as a statement of its own would be; the rare insert is a prepared
+ * statement.
+ */
+
+static Oid
+office_relation(Oid office, const char *name)
+{
+	Oid			relid = get_relname_relid(name, office);
+
+	if (!OidIsValid(relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("relation office.%s does not exist", name)));
+	return relid;
+}
+
+static bool
+text_equal(Datum a, Datum b)
+{
+	text	   *x = DatumGetTextPP(a);
+	text	   *y = DatumGetTextPP(b);
+
+	return VARSIZE_ANY_EXHDR(x) == VARSIZE_ANY_EXHDR(y) &&
+		memcmp(VARDATA_ANY(x), VARDATA_ANY(y), VARSIZE_ANY_EXHDR(x)) == 0;
+}
+
+static Datum
+column(HeapTuple tuple, TupleDesc desc, const char *name, bool *isnull)
+{
+	int			attnum = SPI_fnumber(desc, name);
+
+	if (attnum <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_COLUMN),
+				 errmsg("column %s does not exist", name)));
+	return heap_getattr(tuple, attnum, desc, isnull);
+}
+
+static bool
+column_is(HeapTuple tuple, TupleDesc desc, const char *name, const char *word)
+{
+	bool		isnull;
+	Datum		value = column(tuple, desc, name, &isnull);
+
+	return !isnull && text_is(DatumGetTextPP(value), word);
+}
+
+/* An index scan of one agent's entries (the index's first column) in office. */
+typedef struct AgentScan
+{
+	Relation	heap;
+	Relation	index;
+	TupleTableSlot *slot;
+	IndexScanDesc scan;
+} AgentScan;
+
+/*
+ * What a statement of its own would see from here: a new snapshot (READ
+ * COMMITTED) after a command counter increment, so the rows the current
+ * statement wrote are in it too. The caller unregisters it.
+ */
+static Snapshot
+statement_snapshot(void)
+{
+	CommandCounterIncrement();
+	return RegisterSnapshot(GetTransactionSnapshot());
+}
+
+static void
+agent_scan_begin(AgentScan *s, Oid office, const char *table, const char *index,
+				 Datum agent, Snapshot snapshot)
+{
+	ScanKeyData key;
+
+	s->heap = table_open(office_relation(office, table), AccessShareLock);
+	s->index = index_open(office_relation(office, index), AccessShareLock);
+	s->slot = table_slot_create(s->heap, NULL);
+	/* the index column's collation: text equality is bytewise under any */
+	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   s->index->rd_indcollation[0], F_TEXTEQ, agent);
+	s->scan = index_beginscan(s->heap, s->index, snapshot, 1, 0);
+	index_rescan(s->scan, &key, 1, NULL, 0);
+}
+
+/* The next visible row, in index order, into s->slot. */
+static bool
+agent_scan_next(AgentScan *s)
+{
+	return index_getnext_slot(s->scan, ForwardScanDirection, s->slot);
+}
+
+static void
+agent_scan_end(AgentScan *s)
+{
+	index_endscan(s->scan);
+	ExecDropSingleTupleTableSlot(s->slot);
+	index_close(s->index, AccessShareLock);
+	table_close(s->heap, AccessShareLock);
+}
+
+static int
+attnum_of(AgentScan *s, const char *name)
+{
+	int			attnum = SPI_fnumber(RelationGetDescr(s->heap), name);
+
+	if (attnum <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_COLUMN),
+				 errmsg("column %s of office.%s does not exist", name,
+						RelationGetRelationName(s->heap))));
+	return attnum;
+}
+
+/*
+ * The least value of column over the agent's rows of the index (the index's
+ * second column, so the first visible row has it), among those whose
+ * only_null column is NULL when one is named; in a snapshot of its own.
+ */
+static bool
+least_of_agent(Oid office, const char *table, const char *index, Datum agent,
+			   const char *column_name, const char *only_null, Datum *value)
+{
+	Snapshot	snapshot = statement_snapshot();
+	AgentScan	s;
+	int			wanted;
+	int			nullable;
+	bool		found = false;
+	bool		isnull;
+
+	agent_scan_begin(&s, office, table, index, agent, snapshot);
+	wanted = attnum_of(&s, column_name);
+	nullable = only_null ? attnum_of(&s, only_null) : 0;
+	while (!found && agent_scan_next(&s))
+	{
+		if (nullable > 0)
+		{
+			(void) slot_getattr(s.slot, nullable, &isnull);
+			if (!isnull)
+				continue;
+		}
+		*value = slot_getattr(s.slot, wanted, &isnull);
+		found = !isnull;
+	}
+	agent_scan_end(&s);
+	UnregisterSnapshot(snapshot);
+	return found;
+}
+
+static void
+insert_ready_row(Datum agent, Datum head)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		values[2] = {agent, head};
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (plan == NULL)
+	{
+		Oid			types[2] = {TEXTOID, TIMESTAMPTZOID};
+		SPIPlanPtr	prepared = SPI_prepare(
+										   "INSERT INTO office.agent_ready (agent_profile_id, head_at) VALUES ($1, $2)",
+										   2, types);
+
+		if (prepared == NULL || SPI_keepplan(prepared) != 0)
+			elog(ERROR, "could not prepare the insert into office.agent_ready");
+		plan = prepared;
+	}
+	if (SPI_execute_plan(plan, values, NULL, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "could not insert into office.agent_ready");
+	SPI_finish();
+}
+
+Datum
+office_ready_agents(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigger = (TriggerData *) fcinfo->context;
+	TupleDesc	desc;
+	HeapTuple	new_row = NULL;
+	HeapTuple	old_row = NULL;
+	bool		on_agents;
+	bool		on_insert;
+	Datum		agents[2];
+	int			count = 0;
+	Datum		head = (Datum) 0;
+	bool		have_head = false;
+	Oid			office;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("office._ready_agents() is a trigger function")));
+	desc = RelationGetDescr(trigger->tg_relation);
+	on_agents = strcmp(RelationGetRelationName(trigger->tg_relation), "agent_profiles") == 0;
+	on_insert = TRIGGER_FIRED_BY_INSERT(trigger->tg_event);
+	if (on_insert)
+		new_row = trigger->tg_trigtuple;
+	else if (TRIGGER_FIRED_BY_UPDATE(trigger->tg_event))
+	{
+		old_row = trigger->tg_trigtuple;
+		new_row = trigger->tg_newtuple;
+	}
+	else
+		old_row = trigger->tg_trigtuple;
+
+	if (on_agents)
+	{
+		/* (the WHEN clause: it accepts runs, and did not or had another id) */
+		bool		isnull;
+
+		agents[count++] = column(new_row, desc, "id", &isnull);
+	}
+	else if (on_insert)
+	{
+		/* (the WHEN clause: a queued run) its own requested_at is the head */
+		bool		isnull;
+
+		agents[count++] = column(new_row, desc, "agent_profile_id", &isnull);
+		head = column(new_row, desc, "requested_at", &isnull);
+		have_head = !isnull;
+	}
+	else
+	{
+		/* a run queued again, a claim that ended: the rest of the WHEN tests */
+		bool		isnull;
+		Datum		old_agent = column(old_row, desc, "agent_profile_id", &isnull);
+
+		if (new_row != NULL && column_is(new_row, desc, "status", "queued"))
+		{
+			Datum		new_agent = column(new_row, desc, "agent_profile_id", &isnull);
+			bool		old_null;
+			bool		new_null;
+			Datum		old_retry = column(old_row, desc, "scheduled_retry_at", &old_null);
+			Datum		new_retry = column(new_row, desc, "scheduled_retry_at", &new_null);
+			TimestampTz old_at = DatumGetTimestampTz(column(old_row, desc, "requested_at", &isnull));
+			TimestampTz new_at = DatumGetTimestampTz(column(new_row, desc, "requested_at", &isnull));
+
+			if (!column_is(old_row, desc, "status", "queued") ||
+				!text_equal(old_agent, new_agent) || new_at < old_at ||
+				old_null != new_null ||
+				(!old_null && DatumGetTimestampTz(old_retry) != DatumGetTimestampTz(new_retry)))
+				agents[count++] = new_agent;
+		}
+		if (column_is(old_row, desc, "status", "claimed") &&
+			(new_row == NULL || !column_is(new_row, desc, "status", "claimed") ||
+			 !text_equal(old_agent, column(new_row, desc, "agent_profile_id", &isnull))) &&
+			(count == 0 || !text_equal(old_agent, agents[0])))
+			agents[count++] = old_agent;
+	}
+
+	office = get_namespace_oid("office", false);
+	for (int i = 0; i < count; i++)
+	{
+		text	   *agent = DatumGetTextPP(agents[i]);
+		StringInfoData name;
+		bool		look;
+		Datum		listed;
+
+		initStringInfo(&name);
+		appendStringInfoString(&name, "office.runs.ready:");
+		appendBinaryStringInfo(&name, VARDATA_ANY(agent), VARSIZE_ANY_EXHDR(agent));
+		look = XactIsoLevel == XACT_READ_COMMITTED &&
+			DatumGetBool(DirectFunctionCall1(pg_try_advisory_xact_lock_shared_int8,
+											 DirectFunctionCall2Coll(hashtextextended,
+																	 DEFAULT_COLLATION_OID,
+																	 PointerGetDatum(cstring_to_text_with_len(name.data, name.len)),
+																	 Int64GetDatum(0))));
+		pfree(name.data);
+		if (on_agents || !on_insert)
+		{
+			/* after the lock, in a look of its own: the oldest queued run */
+			have_head = least_of_agent(office, "runs", "idx_run_agent_queued", agents[i],
+									   "requested_at", NULL, &head);
+			if (look && !have_head)
+				continue;
+		}
+		/* the agent's due rows, oldest first: the first is the least head_at */
+		if (look && have_head &&
+			least_of_agent(office, "agent_ready", "idx_agent_ready_agent", agents[i],
+						   "head_at", "due_at", &listed) &&
+			DatumGetTimestampTz(listed) <= DatumGetTimestampTz(head))
+			continue;
+		insert_ready_row(agents[i], have_head ? head : TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()));
+	}
+	return PointerGetDatum(NULL);
+}
+
+/* --- office._signal_runs(agent_profile_ids, run_ids): the wake-up signal -- */
+/*
+ * 30_runs.sql's function, with its setting's values and error. The looks
+ * (does the agent hold a claim; how many of its queued runs are due) are
+ * index scans in one snapshot taken as its statement would be.
+ */
+
+static void
+notify_agent(Datum agent, bool isnull)
+{
+	/* pg_notify()'s own steps; a NULL payload is the empty one, as there */
+	PreventCommandDuringRecovery("NOTIFY");
+	Async_Notify("office_runs", isnull ? "" : TextDatumGetCString(agent));
+}
+
+static bool
+agent_busy(Oid office, Datum agent, Snapshot snapshot)
+{
+	AgentScan	s;
+	bool		busy;
+
+	agent_scan_begin(&s, office, "runs", "idx_run_one_claimed_per_agent", agent, snapshot);
+	busy = agent_scan_next(&s);
+	agent_scan_end(&s);
+	return busy;
+}
+
+/*
+ * How many of the agent's queued runs are due (no scheduled_retry_at, or one
+ * that has passed), counting no further than limit; a run with id except is
+ * not counted, and when except is given but NULL none is (id <> NULL).
+ */
+static int
+agent_due_runs(Oid office, Datum agent, Snapshot snapshot, int limit,
+			   bool has_except, Datum except, bool except_null)
+{
+	AgentScan	s;
+	int			count = 0;
+	int			retry_attnum;
+	int			id_attnum;
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+
+	if (has_except && except_null)
+		return 0;
+	agent_scan_begin(&s, office, "runs", "idx_run_agent_queued", agent, snapshot);
+	retry_attnum = attnum_of(&s, "scheduled_retry_at");
+	id_attnum = attnum_of(&s, "id");
+	while (count < limit && agent_scan_next(&s))
+	{
+		bool		isnull;
+		Datum		retry = slot_getattr(s.slot, retry_attnum, &isnull);
+
+		if (!isnull && DatumGetTimestampTz(retry) > now)
+			continue;
+		if (has_except && text_equal(slot_getattr(s.slot, id_attnum, &isnull), except))
+			continue;
+		count++;
+	}
+	agent_scan_end(&s);
+	return count;
+}
+
+/* array[1], as SQL subscripts it: NULL unless one-dimensional and in bounds */
+static Datum
+first_element(ArrayType *array, bool *isnull)
+{
+	int			lower;
+
+	*isnull = true;
+	if (array == NULL || ARR_NDIM(array) != 1)
+		return (Datum) 0;
+	lower = ARR_LBOUND(array)[0];
+	if (lower > 1 || lower + ARR_DIMS(array)[0] - 1 < 1)
+		return (Datum) 0;
+	return array_get_element(PointerGetDatum(array), 1, (int[]) {1}, -1, -1, false,
+							 TYPALIGN_INT, isnull);
+}
+
+typedef struct AgentGroup
+{
+	int			first;			/* index of the agent's first run */
+	int			runs;			/* how many runs of the call it has */
+} AgentGroup;
+
+typedef struct SortContext
+{
+	Datum	   *agents;
+	bool	   *nulls;
+} SortContext;
+
+/* NULLs together, then by bytes: GROUP BY's equality under the collation */
+static int
+compare_agents(const void *a, const void *b, void *arg)
+{
+	SortContext *context = (SortContext *) arg;
+	int			x = *(const int *) a;
+	int			y = *(const int *) b;
+
+	if (context->nulls[x] || context->nulls[y])
+	{
+		if (context->nulls[x] && context->nulls[y])
+			return x - y;
+		return context->nulls[x] ? -1 : 1;
+	}
+	{
+		text	   *tx = DatumGetTextPP(context->agents[x]);
+		text	   *ty = DatumGetTextPP(context->agents[y]);
+		int			lx = VARSIZE_ANY_EXHDR(tx);
+		int			ly = VARSIZE_ANY_EXHDR(ty);
+		int			c = memcmp(VARDATA_ANY(tx), VARDATA_ANY(ty), Min(lx, ly));
+
+		if (c != 0)
+			return c;
+		if (lx != ly)
+			return lx - ly;
+		return x - y;
+	}
+}
+
+static int
+compare_groups(const void *a, const void *b)
+{
+	return ((const AgentGroup *) a)->first - ((const AgentGroup *) b)->first;
+}
+
+Datum
+office_signal_runs(PG_FUNCTION_ARGS)
+{
+	const char *mode = GetConfigOption("office.notify", true, false);
+	bool		edge;
+	ArrayType  *agents = PG_ARGISNULL(0) ? NULL : PG_GETARG_ARRAYTYPE_P(0);
+	ArrayType  *run_ids = PG_ARGISNULL(1) ? NULL : PG_GETARG_ARRAYTYPE_P(1);
+	int			count = agents ? ArrayGetNItems(ARR_NDIM(agents), ARR_DIMS(agents)) : 0;
+	Oid			office;
+	Snapshot	snapshot;
+
+	if (mode == NULL || mode[0] == '\0')
+		mode = "edge";
+	if (strcmp(mode, "edge") != 0 && strcmp(mode, "every") != 0 && strcmp(mode, "on") != 0)
+	{
+		if (strcmp(mode, "off") == 0)
+			PG_RETURN_VOID();
+		{
+			char	   *shown = pstrdup(mode);
+
+			shown[pg_mbcharcliplen(shown, strlen(shown), 200)] = '\0';
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("setting office.notify = %s must be edge, every or off",
+							quote_literal_cstr(shown))));
+		}
+	}
+	edge = strcmp(mode, "edge") == 0;
+	if (count == 0)
+		PG_RETURN_VOID();
+	office = get_namespace_oid("office", false);
+
+	if (count == 1)
+	{
+		bool		agent_null;
+		bool		run_null;
+		Datum		agent = first_element(agents, &agent_null);
+		Datum		run_id = first_element(run_ids, &run_null);
+
+		if (edge && !agent_null)
+		{
+			bool		quiet;
+
+			snapshot = statement_snapshot();
+			quiet = agent_busy(office, agent, snapshot) ||
+				agent_due_runs(office, agent, snapshot, 1, true, run_id, run_null) > 0;
+			UnregisterSnapshot(snapshot);
+			if (quiet)
+				PG_RETURN_VOID();
+		}
+		notify_agent(agent, agent_null);
+		PG_RETURN_VOID();
+	}
+
+	/* each agent once, in the order of its first run */
+	{
+		Datum	   *elements;
+		bool	   *nulls;
+		int			n;
+		int		   *order;
+		AgentGroup *groups;
+		int			ngroups = 0;
+		SortContext context;
+
+		deconstruct_array(agents, TEXTOID, -1, false, TYPALIGN_INT, &elements, &nulls, &n);
+		order = palloc(n * sizeof(int));
+		for (int i = 0; i < n; i++)
+			order[i] = i;
+		context.agents = elements;
+		context.nulls = nulls;
+		qsort_arg(order, n, sizeof(int), compare_agents, &context);
+		groups = palloc(n * sizeof(AgentGroup));
+		for (int i = 0; i < n; i++)
+		{
+			/* sorted, so one agent's runs are next to each other */
+			if (i > 0 && nulls[order[i - 1]] == nulls[order[i]] &&
+				(nulls[order[i]] || text_equal(elements[order[i - 1]], elements[order[i]])))
+			{
+				groups[ngroups - 1].runs++;
+				continue;
+			}
+			groups[ngroups].first = order[i];
+			groups[ngroups].runs = 1;
+			ngroups++;
+		}
+		qsort(groups, ngroups, sizeof(AgentGroup), compare_groups);
+		snapshot = edge ? statement_snapshot() : NULL;
+		for (int g = 0; g < ngroups; g++)
+		{
+			int			i = groups[g].first;
+
+			if (edge && !nulls[i] &&
+				(agent_busy(office, elements[i], snapshot) ||
+				 agent_due_runs(office, elements[i], snapshot, groups[g].runs + 1,
+								false, (Datum) 0, false) > groups[g].runs))
+				continue;
+			notify_agent(elements[i], nulls[i]);
+		}
+		if (snapshot)
+			UnregisterSnapshot(snapshot);
+	}
+	PG_RETURN_VOID();
+}
