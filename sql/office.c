@@ -83,11 +83,17 @@ office_uuid_v7(PG_FUNCTION_ARGS)
  * (U+0001-U+001F, U+007F-U+009F, the regular expression's class there, read
  * as the regular expression reads it: the server encoding's characters).
  */
+/* what names the argument in the messages; format()'s %s shows NULL as '' */
+static const char *
+argument_name(FunctionCallInfo fcinfo)
+{
+	return PG_ARGISNULL(0) ? "" : text_to_cstring(PG_GETARG_TEXT_PP(0));
+}
+
 Datum
 office_check_short_text(PG_FUNCTION_ARGS)
 {
 	text	   *value;
-	const char *what;
 	int			bytes;
 	int			length;
 	pg_wchar   *chars;
@@ -95,7 +101,6 @@ office_check_short_text(PG_FUNCTION_ARGS)
 	if (PG_ARGISNULL(1))
 		PG_RETURN_NULL();
 	value = PG_GETARG_TEXT_PP(1);
-	what = PG_ARGISNULL(0) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(0));
 	bytes = VARSIZE_ANY_EXHDR(value);
 	length = pg_mbstrlen_with_len(VARDATA_ANY(value), bytes);
 	if (length > 200)
@@ -106,7 +111,7 @@ office_check_short_text(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("%s %s is %d characters, more than 200",
-						what ? what : "", quote_literal_cstr(psprintf("%s...", head)), length)));
+						argument_name(fcinfo), quote_literal_cstr(psprintf("%s...", head)), length)));
 	}
 	chars = palloc((length + 1) * sizeof(pg_wchar));
 	length = pg_mb2wchar_with_len(VARDATA_ANY(value), chars, bytes);
@@ -116,7 +121,7 @@ office_check_short_text(PG_FUNCTION_ARGS)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("%s %s contains a control character",
-							what ? what : "", quote_literal_cstr(text_to_cstring(value)))));
+							argument_name(fcinfo), quote_literal_cstr(text_to_cstring(value)))));
 	}
 	pfree(chars);
 	PG_RETURN_TEXT_P(value);
@@ -230,23 +235,31 @@ text_equal(Datum a, Datum b)
 		memcmp(VARDATA_ANY(x), VARDATA_ANY(y), VARSIZE_ANY_EXHDR(x)) == 0;
 }
 
-static Datum
-column(HeapTuple tuple, TupleDesc desc, const char *name, bool *isnull)
+/* The number of a column of an office relation, which must have it. */
+static int
+attnum_in(Relation rel, const char *name)
 {
-	int			attnum = SPI_fnumber(desc, name);
+	int			attnum = SPI_fnumber(RelationGetDescr(rel), name);
 
 	if (attnum <= 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_COLUMN),
-				 errmsg("column %s does not exist", name)));
-	return heap_getattr(tuple, attnum, desc, isnull);
+				 errmsg("column %s of office.%s does not exist", name,
+						RelationGetRelationName(rel))));
+	return attnum;
+}
+
+static Datum
+column(HeapTuple tuple, Relation rel, const char *name, bool *isnull)
+{
+	return heap_getattr(tuple, attnum_in(rel, name), RelationGetDescr(rel), isnull);
 }
 
 static bool
-column_is(HeapTuple tuple, TupleDesc desc, const char *name, const char *word)
+column_is(HeapTuple tuple, Relation rel, const char *name, const char *word)
 {
 	bool		isnull;
-	Datum		value = column(tuple, desc, name, &isnull);
+	Datum		value = column(tuple, rel, name, &isnull);
 
 	return !isnull && text_is(DatumGetTextPP(value), word);
 }
@@ -304,19 +317,6 @@ agent_scan_end(AgentScan *s)
 	table_close(s->heap, AccessShareLock);
 }
 
-static int
-attnum_of(AgentScan *s, const char *name)
-{
-	int			attnum = SPI_fnumber(RelationGetDescr(s->heap), name);
-
-	if (attnum <= 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_COLUMN),
-				 errmsg("column %s of office.%s does not exist", name,
-						RelationGetRelationName(s->heap))));
-	return attnum;
-}
-
 /*
  * The least value of column over the agent's rows of the index (the index's
  * second column, so the first visible row has it), among those whose
@@ -334,8 +334,8 @@ least_of_agent(Oid office, const char *table, const char *index, Datum agent,
 	bool		isnull;
 
 	agent_scan_begin(&s, office, table, index, agent, snapshot);
-	wanted = attnum_of(&s, column_name);
-	nullable = only_null ? attnum_of(&s, only_null) : 0;
+	wanted = attnum_in(s.heap, column_name);
+	nullable = only_null ? attnum_in(s.heap, only_null) : 0;
 	while (!found && agent_scan_next(&s))
 	{
 		if (nullable > 0)
@@ -380,7 +380,7 @@ Datum
 office_ready_agents(PG_FUNCTION_ARGS)
 {
 	TriggerData *trigger = (TriggerData *) fcinfo->context;
-	TupleDesc	desc;
+	Relation	rel;
 	HeapTuple	new_row = NULL;
 	HeapTuple	old_row = NULL;
 	bool		on_agents;
@@ -395,8 +395,8 @@ office_ready_agents(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("office._ready_agents() is a trigger function")));
-	desc = RelationGetDescr(trigger->tg_relation);
-	on_agents = strcmp(RelationGetRelationName(trigger->tg_relation), "agent_profiles") == 0;
+	rel = trigger->tg_relation;
+	on_agents = strcmp(RelationGetRelationName(rel), "agent_profiles") == 0;
 	on_insert = TRIGGER_FIRED_BY_INSERT(trigger->tg_event);
 	if (on_insert)
 		new_row = trigger->tg_trigtuple;
@@ -413,42 +413,42 @@ office_ready_agents(PG_FUNCTION_ARGS)
 		/* (the WHEN clause: it accepts runs, and did not or had another id) */
 		bool		isnull;
 
-		agents[count++] = column(new_row, desc, "id", &isnull);
+		agents[count++] = column(new_row, rel, "id", &isnull);
 	}
 	else if (on_insert)
 	{
 		/* (the WHEN clause: a queued run) its own requested_at is the head */
 		bool		isnull;
 
-		agents[count++] = column(new_row, desc, "agent_profile_id", &isnull);
-		head = column(new_row, desc, "requested_at", &isnull);
+		agents[count++] = column(new_row, rel, "agent_profile_id", &isnull);
+		head = column(new_row, rel, "requested_at", &isnull);
 		have_head = !isnull;
 	}
 	else
 	{
 		/* a run queued again, a claim that ended: the rest of the WHEN tests */
 		bool		isnull;
-		Datum		old_agent = column(old_row, desc, "agent_profile_id", &isnull);
+		Datum		old_agent = column(old_row, rel, "agent_profile_id", &isnull);
 
-		if (new_row != NULL && column_is(new_row, desc, "status", "queued"))
+		if (new_row != NULL && column_is(new_row, rel, "status", "queued"))
 		{
-			Datum		new_agent = column(new_row, desc, "agent_profile_id", &isnull);
+			Datum		new_agent = column(new_row, rel, "agent_profile_id", &isnull);
 			bool		old_null;
 			bool		new_null;
-			Datum		old_retry = column(old_row, desc, "scheduled_retry_at", &old_null);
-			Datum		new_retry = column(new_row, desc, "scheduled_retry_at", &new_null);
-			TimestampTz old_at = DatumGetTimestampTz(column(old_row, desc, "requested_at", &isnull));
-			TimestampTz new_at = DatumGetTimestampTz(column(new_row, desc, "requested_at", &isnull));
+			Datum		old_retry = column(old_row, rel, "scheduled_retry_at", &old_null);
+			Datum		new_retry = column(new_row, rel, "scheduled_retry_at", &new_null);
+			TimestampTz old_at = DatumGetTimestampTz(column(old_row, rel, "requested_at", &isnull));
+			TimestampTz new_at = DatumGetTimestampTz(column(new_row, rel, "requested_at", &isnull));
 
-			if (!column_is(old_row, desc, "status", "queued") ||
+			if (!column_is(old_row, rel, "status", "queued") ||
 				!text_equal(old_agent, new_agent) || new_at < old_at ||
 				old_null != new_null ||
 				(!old_null && DatumGetTimestampTz(old_retry) != DatumGetTimestampTz(new_retry)))
 				agents[count++] = new_agent;
 		}
-		if (column_is(old_row, desc, "status", "claimed") &&
-			(new_row == NULL || !column_is(new_row, desc, "status", "claimed") ||
-			 !text_equal(old_agent, column(new_row, desc, "agent_profile_id", &isnull))) &&
+		if (column_is(old_row, rel, "status", "claimed") &&
+			(new_row == NULL || !column_is(new_row, rel, "status", "claimed") ||
+			 !text_equal(old_agent, column(new_row, rel, "agent_profile_id", &isnull))) &&
 			(count == 0 || !text_equal(old_agent, agents[0])))
 			agents[count++] = old_agent;
 	}
@@ -535,8 +535,8 @@ agent_due_runs(Oid office, Datum agent, Snapshot snapshot, int limit,
 	if (has_except && except_null)
 		return 0;
 	agent_scan_begin(&s, office, "runs", "idx_run_agent_queued", agent, snapshot);
-	retry_attnum = attnum_of(&s, "scheduled_retry_at");
-	id_attnum = attnum_of(&s, "id");
+	retry_attnum = attnum_in(s.heap, "scheduled_retry_at");
+	id_attnum = attnum_in(s.heap, "id");
 	while (count < limit && agent_scan_next(&s))
 	{
 		bool		isnull;
