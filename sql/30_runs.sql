@@ -664,13 +664,16 @@ CREATE FUNCTION office.enqueue_run(agent_profile_id text, reason text, payload j
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_agent   text := enqueue_run.agent_profile_id;
-    v_reason  text := enqueue_run.reason;
-    v_payload jsonb := enqueue_run.payload;
-    v_key     text := nullif(enqueue_run.idempotency_key, '');
-    v_task    text := nullif(enqueue_run.task_id, '');
-    v_entry   boolean := coalesce(enqueue_run.entry_triggered, false);
-    v_cause   text := nullif(enqueue_run.keyless_cause, '');
+    -- The arguments by position, not as enqueue_run.agent_profile_id: where
+    -- the library is installed, sql/95_native.sql keeps this body under
+    -- another name (office._enqueue_run_plpgsql).
+    v_agent   text := $1;
+    v_reason  text := $2;
+    v_payload jsonb := $3;
+    v_key     text := nullif($4, '');
+    v_task    text := nullif($5, '');
+    v_entry   boolean := coalesce($6, false);
+    v_cause   text := nullif($7, '');
     v_status  text;
     v_window  interval;
     v_locks   record;

@@ -5,7 +5,9 @@
 -- made earlier in this script: same name, arguments, result and behaviour,
 -- minus the cost of a PL/pgSQL call and its SET search_path clause, which
 -- every write of office.runs paid per row (docs/benchmarks.md, "Hot path,
--- issue 13, sixth pass"). They resolve no names, so they set no search_path.
+-- issue 13, sixth pass"). They set no search_path: they resolve no names
+-- but the qualified ones of their few prepared statements, whose texts name
+-- no operator either.
 -- Where it is not (a managed PostgreSQL, officectl migrate without
 -- superuser, an install without the headers), or is a library without these
 -- symbols, nothing changes: the PL/pgSQL definitions serve, and the suite
@@ -29,6 +31,36 @@ BEGIN
     CREATE OR REPLACE FUNCTION office._check_short_text(what text, value text) RETURNS text
         LANGUAGE c IMMUTABLE PARALLEL SAFE
         AS '$libdir/office', 'office_check_short_text';
+    CREATE OR REPLACE FUNCTION office._count_dedup(queue text, reason text, kind text) RETURNS void
+        LANGUAGE c VOLATILE SECURITY DEFINER
+        AS '$libdir/office', 'office_count_dedup';
+    -- enqueue_run's C definition decides the calls most are (a valid request
+    -- that is a served key's dedup, or a plain insert with its locks free and
+    -- the windows at their defaults) and hands every other call unchanged to
+    -- the PL/pgSQL definition, which it keeps here under another name.
+    EXECUTE pg_catalog.format(
+        $create$CREATE OR REPLACE FUNCTION office._enqueue_run_plpgsql(agent_profile_id text, reason text, payload jsonb,
+                 idempotency_key text, task_id text, entry_triggered boolean,
+                 keyless_cause text, keyless_detail text)
+             RETURNS office.enqueue_result
+             LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+             SET search_path = pg_catalog, pg_temp
+             SET enable_seqscan = off
+             AS %L$create$,
+        (SELECT p.prosrc FROM pg_catalog.pg_proc p
+          WHERE p.oid = 'office.enqueue_run(text, text, jsonb, text, text, boolean, text, text)'::pg_catalog.regprocedure));
+    COMMENT ON FUNCTION office._enqueue_run_plpgsql(text, text, jsonb, text, text, boolean, text, text) IS
+        'Internal: the PL/pgSQL definition of office.enqueue_run, to which its C definition hands the calls it does not decide itself (sql/95_native.sql).';
+    REVOKE EXECUTE ON FUNCTION office._enqueue_run_plpgsql(text, text, jsonb, text, text, boolean, text, text) FROM PUBLIC;
+    GRANT EXECUTE ON FUNCTION office._enqueue_run_plpgsql(text, text, jsonb, text, text, boolean, text, text)
+        TO office_admin;
+    CREATE OR REPLACE FUNCTION office.enqueue_run(agent_profile_id text, reason text, payload jsonb DEFAULT '{}',
+                                                  idempotency_key text DEFAULT NULL, task_id text DEFAULT NULL,
+                                                  entry_triggered boolean DEFAULT false,
+                                                  keyless_cause text DEFAULT NULL, keyless_detail text DEFAULT NULL)
+        RETURNS office.enqueue_result
+        LANGUAGE c VOLATILE SECURITY DEFINER
+        AS '$libdir/office', 'office_enqueue_run';
 EXCEPTION WHEN undefined_file OR undefined_function OR insufficient_privilege THEN
     NULL;
 END

@@ -25,7 +25,10 @@
 #include "executor/spi.h"
 #include "executor/tuptable.h"
 #include "fmgr.h"
+#include "funcapi.h"
 #include "mb/pg_wchar.h"
+#include "nodes/makefuncs.h"
+#include "parser/parse_func.h"
 #include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -46,6 +49,8 @@ PG_FUNCTION_INFO_V1(office_run_row_valid);
 PG_FUNCTION_INFO_V1(office_ready_agents);
 PG_FUNCTION_INFO_V1(office_check_short_text);
 PG_FUNCTION_INFO_V1(office_signal_runs);
+PG_FUNCTION_INFO_V1(office_enqueue_run);
+PG_FUNCTION_INFO_V1(office_count_dedup);
 
 /*
  * office._uuid_v7(): the layout of 05_validation.sql's definition. 48 bits
@@ -90,13 +95,39 @@ argument_name(FunctionCallInfo fcinfo)
 	return PG_ARGISNULL(0) ? "" : text_to_cstring(PG_GETARG_TEXT_PP(0));
 }
 
+/* the control characters the check refuses, as the server encoding reads them */
+static bool
+has_control_character(text *value, int length)
+{
+	int			bytes = VARSIZE_ANY_EXHDR(value);
+	pg_wchar   *chars = palloc((length + 1) * sizeof(pg_wchar));
+	bool		found = false;
+
+	length = pg_mb2wchar_with_len(VARDATA_ANY(value), chars, bytes);
+	for (int i = 0; i < length && !found; i++)
+		found = (chars[i] >= 0x01 && chars[i] <= 0x1f) || (chars[i] >= 0x7f && chars[i] <= 0x9f);
+	pfree(chars);
+	return found;
+}
+
+/* Whether _check_short_text(what, value) passes value; NULL passes. */
+static bool
+short_text_ok(text *value)
+{
+	int			length;
+
+	if (value == NULL)
+		return true;
+	length = pg_mbstrlen_with_len(VARDATA_ANY(value), VARSIZE_ANY_EXHDR(value));
+	return length <= 200 && !has_control_character(value, length);
+}
+
 Datum
 office_check_short_text(PG_FUNCTION_ARGS)
 {
 	text	   *value;
 	int			bytes;
 	int			length;
-	pg_wchar   *chars;
 
 	if (PG_ARGISNULL(1))
 		PG_RETURN_NULL();
@@ -113,17 +144,11 @@ office_check_short_text(PG_FUNCTION_ARGS)
 				 errmsg("%s %s is %d characters, more than 200",
 						argument_name(fcinfo), quote_literal_cstr(psprintf("%s...", head)), length)));
 	}
-	chars = palloc((length + 1) * sizeof(pg_wchar));
-	length = pg_mb2wchar_with_len(VARDATA_ANY(value), chars, bytes);
-	for (int i = 0; i < length; i++)
-	{
-		if ((chars[i] >= 0x01 && chars[i] <= 0x1f) || (chars[i] >= 0x7f && chars[i] <= 0x9f))
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("%s %s contains a control character",
-							argument_name(fcinfo), quote_literal_cstr(text_to_cstring(value)))));
-	}
-	pfree(chars);
+	if (has_control_character(value, length))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s %s contains a control character",
+						argument_name(fcinfo), quote_literal_cstr(text_to_cstring(value)))));
 	PG_RETURN_TEXT_P(value);
 }
 
@@ -285,20 +310,43 @@ statement_snapshot(void)
 	return RegisterSnapshot(GetTransactionSnapshot());
 }
 
+/* Opens an index of an office table for a scan; scan_start starts it. */
+static void
+scan_open(AgentScan *s, Oid office, const char *table, const char *index)
+{
+	s->heap = table_open(office_relation(office, table), AccessShareLock);
+	s->index = index_open(office_relation(office, index), AccessShareLock);
+	s->slot = table_slot_create(s->heap, NULL);
+	s->scan = NULL;
+}
+
+/*
+ * key: the index's column column equals value, a text (under the column's
+ * collation: text equality is bytewise under any deterministic one).
+ */
+static void
+text_key(AgentScan *s, ScanKey key, int column, Datum value)
+{
+	ScanKeyEntryInitialize(key, 0, column, BTEqualStrategyNumber, InvalidOid,
+						   s->index->rd_indcollation[column - 1], F_TEXTEQ, value);
+}
+
+static void
+scan_start(AgentScan *s, Snapshot snapshot, ScanKey keys, int nkeys)
+{
+	s->scan = index_beginscan(s->heap, s->index, snapshot, nkeys, 0);
+	index_rescan(s->scan, keys, nkeys, NULL, 0);
+}
+
 static void
 agent_scan_begin(AgentScan *s, Oid office, const char *table, const char *index,
 				 Datum agent, Snapshot snapshot)
 {
 	ScanKeyData key;
 
-	s->heap = table_open(office_relation(office, table), AccessShareLock);
-	s->index = index_open(office_relation(office, index), AccessShareLock);
-	s->slot = table_slot_create(s->heap, NULL);
-	/* the index column's collation: text equality is bytewise under any */
-	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
-						   s->index->rd_indcollation[0], F_TEXTEQ, agent);
-	s->scan = index_beginscan(s->heap, s->index, snapshot, 1, 0);
-	index_rescan(s->scan, &key, 1, NULL, 0);
+	scan_open(s, office, table, index);
+	text_key(s, &key, 1, agent);
+	scan_start(s, snapshot, &key, 1);
 }
 
 /* The next visible row, in index order, into s->slot. */
@@ -615,35 +663,67 @@ compare_groups(const void *a, const void *b)
 	return ((const AgentGroup *) a)->first - ((const AgentGroup *) b)->first;
 }
 
+typedef enum
+{
+	NOTIFY_OFF,
+	NOTIFY_EDGE,
+	NOTIFY_EVERY
+} NotifyMode;
+
+/* office.notify: unset or '' is edge, on is every; another value 22023 */
+static NotifyMode
+notify_mode(void)
+{
+	const char *mode = GetConfigOption("office.notify", true, false);
+
+	if (mode == NULL || mode[0] == '\0' || strcmp(mode, "edge") == 0)
+		return NOTIFY_EDGE;
+	if (strcmp(mode, "every") == 0 || strcmp(mode, "on") == 0)
+		return NOTIFY_EVERY;
+	if (strcmp(mode, "off") != 0)
+	{
+		char	   *shown = pstrdup(mode);
+
+		shown[pg_mbcharcliplen(shown, strlen(shown), 200)] = '\0';
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("setting office.notify = %s must be edge, every or off",
+						quote_literal_cstr(shown))));
+	}
+	return NOTIFY_OFF;
+}
+
+/* The signal for one run just queued (the single-run case of _signal_runs). */
+static void
+signal_run(Oid office, NotifyMode mode, Datum agent, bool agent_null, Datum run_id, bool run_null)
+{
+	if (mode == NOTIFY_OFF)
+		return;
+	if (mode == NOTIFY_EDGE && !agent_null)
+	{
+		Snapshot	snapshot = statement_snapshot();
+		bool		quiet = agent_busy(office, agent, snapshot) ||
+			agent_due_runs(office, agent, snapshot, 1, true, run_id, run_null) > 0;
+
+		UnregisterSnapshot(snapshot);
+		if (quiet)
+			return;
+	}
+	notify_agent(agent, agent_null);
+}
+
 Datum
 office_signal_runs(PG_FUNCTION_ARGS)
 {
-	const char *mode = GetConfigOption("office.notify", true, false);
-	bool		edge;
+	NotifyMode	mode = notify_mode();
+	bool		edge = mode == NOTIFY_EDGE;
 	ArrayType  *agents = PG_ARGISNULL(0) ? NULL : PG_GETARG_ARRAYTYPE_P(0);
 	ArrayType  *run_ids = PG_ARGISNULL(1) ? NULL : PG_GETARG_ARRAYTYPE_P(1);
 	int			count = agents ? ArrayGetNItems(ARR_NDIM(agents), ARR_DIMS(agents)) : 0;
 	Oid			office;
 	Snapshot	snapshot;
 
-	if (mode == NULL || mode[0] == '\0')
-		mode = "edge";
-	if (strcmp(mode, "edge") != 0 && strcmp(mode, "every") != 0 && strcmp(mode, "on") != 0)
-	{
-		if (strcmp(mode, "off") == 0)
-			PG_RETURN_VOID();
-		{
-			char	   *shown = pstrdup(mode);
-
-			shown[pg_mbcharcliplen(shown, strlen(shown), 200)] = '\0';
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("setting office.notify = %s must be edge, every or off",
-							quote_literal_cstr(shown))));
-		}
-	}
-	edge = strcmp(mode, "edge") == 0;
-	if (count == 0)
+	if (mode == NOTIFY_OFF || count == 0)
 		PG_RETURN_VOID();
 	office = get_namespace_oid("office", false);
 
@@ -654,18 +734,7 @@ office_signal_runs(PG_FUNCTION_ARGS)
 		Datum		agent = first_element(agents, &agent_null);
 		Datum		run_id = first_element(run_ids, &run_null);
 
-		if (edge && !agent_null)
-		{
-			bool		quiet;
-
-			snapshot = statement_snapshot();
-			quiet = agent_busy(office, agent, snapshot) ||
-				agent_due_runs(office, agent, snapshot, 1, true, run_id, run_null) > 0;
-			UnregisterSnapshot(snapshot);
-			if (quiet)
-				PG_RETURN_VOID();
-		}
-		notify_agent(agent, agent_null);
+		signal_run(office, mode, agent, agent_null, run_id, run_null);
 		PG_RETURN_VOID();
 	}
 
@@ -717,4 +786,449 @@ office_signal_runs(PG_FUNCTION_ARGS)
 			UnregisterSnapshot(snapshot);
 	}
 	PG_RETURN_VOID();
+}
+
+/* --- office._count_dedup(queue, reason, kind): one suppression counted ---- */
+/*
+ * 25_counters.sql's function and its _counter_slot(): a slot this
+ * transaction holds exclusively (a transaction-scoped advisory lock in the
+ * two-int space 1868981101, tried without waiting, this backend's pid % 64
+ * first; past 64, 64 + its pid), then the counter's insert or increment.
+ */
+static int
+counter_slot(void)
+{
+	int			first = MyProcPid % 64;
+
+	for (int i = 0; i < 64; i++)
+	{
+		int			slot = (first + i) % 64;
+
+		if (DatumGetBool(DirectFunctionCall2(pg_try_advisory_xact_lock_int4,
+											 Int32GetDatum(1868981101), Int32GetDatum(slot))))
+			return slot;
+	}
+	return 64 + MyProcPid;
+}
+
+/* labels: queue, reason, kind (a NULL one meets the column's NOT NULL) */
+static void
+count_dedup(const NullableDatum *labels)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		values[4] = {Int32GetDatum(counter_slot())};
+	char		nulls[4] = {' '};
+
+	for (int i = 0; i < 3; i++)
+	{
+		values[i + 1] = labels[i].value;
+		nulls[i + 1] = labels[i].isnull ? 'n' : ' ';
+	}
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (plan == NULL)
+	{
+		Oid			types[4] = {INT4OID, TEXTOID, TEXTOID, TEXTOID};
+		SPIPlanPtr	prepared = SPI_prepare(
+										   "INSERT INTO office.dedup_counters AS c (slot, queue, reason, kind, total)"
+										   " VALUES ($1, $2, $3, $4, 1)"
+										   " ON CONFLICT (slot, queue, reason, kind)"
+										   " DO UPDATE SET total = c.total OPERATOR(pg_catalog.+) 1",
+										   4, types);
+
+		if (prepared == NULL || SPI_keepplan(prepared) != 0)
+			elog(ERROR, "could not prepare the insert into office.dedup_counters");
+		plan = prepared;
+	}
+	if (SPI_execute_plan(plan, values, nulls, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "could not count into office.dedup_counters");
+	SPI_finish();
+}
+
+Datum
+office_count_dedup(PG_FUNCTION_ARGS)
+{
+	count_dedup(fcinfo->args);
+	PG_RETURN_VOID();
+}
+
+/* --- office.enqueue_run(...): the common paths ---------------------------- */
+/*
+ * 30_runs.sql's function decides every request; this one decides the two
+ * that most calls are, with the same statements' effects, and hands every
+ * other call unchanged to that definition, which 95_native.sql keeps as
+ * office._enqueue_run_plpgsql:
+ *   - a valid request whose agent accepts runs, whose key is served (own or
+ *     recorded): ('deduped', windowed|durable), counted;
+ *   - one that is not served and finds no coalesce target: its run inserted
+ *     ('queued'), signalled.
+ * Handed on: anything invalid (that definition raises the error it names),
+ * a keyless_cause (counted there), a set window (parsed and checked there),
+ * a lock another transaction holds (there it waits, or asks a stricter
+ * transaction to retry), a possible coalesce target, an insert that met the
+ * unique key. Nothing is written before a call is handed on, and the locks
+ * taken so far are its own to take again, so that definition decides it
+ * exactly as if it had been called first.
+ * The looks are index scans, each in a snapshot taken where its statement
+ * there takes one (after the lock it follows); the insert is a kept plan
+ * whose names are all qualified (no search_path is set: the caller's is in
+ * force, and resolves nothing here).
+ */
+
+static Datum
+hand_on(FunctionCallInfo fcinfo)
+{
+	Oid			types[8] = {TEXTOID, TEXTOID, JSONBOID, TEXTOID, TEXTOID, BOOLOID, TEXTOID, TEXTOID};
+	Oid			portable = LookupFuncName(list_make2(makeString("office"),
+													 makeString("_enqueue_run_plpgsql")),
+										  8, types, false);
+	FmgrInfo	flinfo;
+	LOCAL_FCINFO(call, 8);
+	Datum		result;
+
+	fmgr_info(portable, &flinfo);
+	InitFunctionCallInfoData(*call, &flinfo, 8, fcinfo->fncollation, NULL, NULL);
+	for (int i = 0; i < 8; i++)
+		call->args[i] = fcinfo->args[i];
+	result = FunctionCallInvoke(call);
+	fcinfo->isnull = call->isnull;
+	return result;
+}
+
+/* An argument as text, NULL for SQL NULL and, where empty_is_null, for ''. */
+static text *
+text_argument(FunctionCallInfo fcinfo, int n, bool empty_is_null)
+{
+	text	   *value;
+
+	if (PG_ARGISNULL(n))
+		return NULL;
+	value = PG_GETARG_TEXT_PP(n);
+	return empty_is_null && VARSIZE_ANY_EXHDR(value) == 0 ? NULL : value;
+}
+
+/* A window setting that is unset or '' (its default serves), or not. */
+static bool
+setting_unset(const char *name)
+{
+	const char *value = GetConfigOption(name, true, false);
+
+	return value == NULL || value[0] == '\0';
+}
+
+/* hashtextextended(prefix || parts..., 0): an enqueue lock's id. */
+static int64
+lock_id(const char *prefix, text **parts, int nparts)
+{
+	StringInfoData name;
+
+	initStringInfo(&name);
+	appendStringInfoString(&name, prefix);
+	for (int i = 0; i < nparts; i++)
+	{
+		if (i > 0)
+			appendStringInfoChar(&name, ':');
+		if (parts[i] != NULL)
+			appendBinaryStringInfo(&name, VARDATA_ANY(parts[i]), VARSIZE_ANY_EXHDR(parts[i]));
+	}
+	return DatumGetInt64(DirectFunctionCall2Coll(hashtextextended, DEFAULT_COLLATION_OID,
+												 PointerGetDatum(cstring_to_text_with_len(name.data, name.len)),
+												 Int64GetDatum(0)));
+}
+
+static bool
+try_lock(int64 id)
+{
+	return DatumGetBool(DirectFunctionCall1(pg_try_advisory_xact_lock_int8, Int64GetDatum(id)));
+}
+
+/* The agent exists and its status accepts runs (not _statuses_refusing_runs). */
+static bool
+agent_accepts_runs(Oid office, text *agent)
+{
+	Snapshot	snapshot = statement_snapshot();
+	AgentScan	s;
+	bool		accepts = false;
+
+	agent_scan_begin(&s, office, "agent_profiles", "agent_profiles_pkey", PointerGetDatum(agent), snapshot);
+	if (agent_scan_next(&s))
+	{
+		bool		isnull;
+		Datum		status = slot_getattr(s.slot, attnum_in(s.heap, "status"), &isnull);
+
+		accepts = isnull ||
+			!(text_is(DatumGetTextPP(status), "paused") || text_is(DatumGetTextPP(status), "stopped") ||
+			  text_is(DatumGetTextPP(status), "pending_approval"));
+	}
+	agent_scan_end(&s);
+	UnregisterSnapshot(snapshot);
+	return accepts;
+}
+
+/*
+ * The run serving key in table (its id in id_column, when in at_column),
+ * copied out of the scan; false when none does.
+ */
+static bool
+key_served(Oid office, Snapshot snapshot, const char *table, const char *index, text *key,
+		   const char *id_column, const char *at_column, Datum *id, TimestampTz *at)
+{
+	AgentScan	s;
+	bool		found;
+
+	agent_scan_begin(&s, office, table, index, PointerGetDatum(key), snapshot);
+	found = agent_scan_next(&s);
+	if (found)
+	{
+		bool		isnull;
+
+		*id = PointerGetDatum(DatumGetTextPCopy(slot_getattr(s.slot, attnum_in(s.heap, id_column), &isnull)));
+		*at = DatumGetTimestampTz(slot_getattr(s.slot, attnum_in(s.heap, at_column), &isnull));
+	}
+	agent_scan_end(&s);
+	return found;
+}
+
+/*
+ * Whether the bucket (agent, reason, task) may hold a coalesce target: a
+ * queued run requested after since, not entry-triggered, whose key (if any)
+ * does not start with task_comment:. Without a task, idx_run_bucket_queued
+ * holds only queued runs; with one, idx_run_task_reason holds every status.
+ */
+static bool
+bucket_has_target(Oid office, text *agent, text *reason, text *task, TimestampTz since)
+{
+	Snapshot	snapshot = statement_snapshot();
+	AgentScan	s;
+	ScanKeyData keys[4];
+	int			at_column;
+	bool		found = false;
+	int			status_attnum;
+	int			entry_attnum;
+	int			key_attnum;
+
+	if (task == NULL)
+	{
+		scan_open(&s, office, "runs", "idx_run_bucket_queued");
+		text_key(&s, &keys[0], 1, PointerGetDatum(agent));
+		text_key(&s, &keys[1], 2, PointerGetDatum(reason));
+		at_column = 3;
+	}
+	else
+	{
+		scan_open(&s, office, "runs", "idx_run_task_reason");
+		text_key(&s, &keys[0], 1, PointerGetDatum(task));
+		text_key(&s, &keys[1], 2, PointerGetDatum(reason));
+		text_key(&s, &keys[2], 3, PointerGetDatum(agent));
+		at_column = 4;
+	}
+	ScanKeyEntryInitialize(&keys[at_column - 1], 0, at_column, BTGreaterStrategyNumber, InvalidOid,
+						   InvalidOid, F_TIMESTAMPTZ_GT, TimestampTzGetDatum(since));
+	scan_start(&s, snapshot, keys, at_column);
+	status_attnum = attnum_in(s.heap, "status");
+	entry_attnum = attnum_in(s.heap, "entry_triggered");
+	key_attnum = attnum_in(s.heap, "idempotency_key");
+	while (!found && agent_scan_next(&s))
+	{
+		bool		isnull;
+		Datum		value;
+
+		value = slot_getattr(s.slot, status_attnum, &isnull);
+		if (isnull || !text_is(DatumGetTextPP(value), "queued"))
+			continue;
+		value = slot_getattr(s.slot, entry_attnum, &isnull);
+		if (!isnull && DatumGetBool(value))
+			continue;
+		value = slot_getattr(s.slot, key_attnum, &isnull);
+		if (!isnull)
+		{
+			text	   *key = DatumGetTextPP(value);
+
+			if (VARSIZE_ANY_EXHDR(key) >= 13 && memcmp(VARDATA_ANY(key), "task_comment:", 13) == 0)
+				continue;
+		}
+		found = true;
+	}
+	agent_scan_end(&s);
+	UnregisterSnapshot(snapshot);
+	return found;
+}
+
+/* payload || {"agent_profile_id": agent} (|| {"task_id": task}) */
+static Datum
+payload_with_ids(Datum payload, text *agent, text *task)
+{
+	JsonbParseState *state = NULL;
+	JsonbValue	value;
+	JsonbValue *object;
+
+	pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
+	for (int i = 0; i < (task ? 2 : 1); i++)
+	{
+		const char *name = i == 0 ? "agent_profile_id" : "task_id";
+		text	   *id = i == 0 ? agent : task;
+
+		value.type = jbvString;
+		value.val.string.val = (char *) name;
+		value.val.string.len = strlen(name);
+		pushJsonbValue(&state, WJB_KEY, &value);
+		value.val.string.val = VARDATA_ANY(id);
+		value.val.string.len = VARSIZE_ANY_EXHDR(id);
+		pushJsonbValue(&state, WJB_VALUE, &value);
+	}
+	object = pushJsonbValue(&state, WJB_END_OBJECT, NULL);
+	return DirectFunctionCall2(jsonb_concat, payload, JsonbPGetDatum(JsonbValueToJsonb(object)));
+}
+
+/* The INSERT of step 4: the new run's id, or false when the key met a row. */
+static bool
+insert_run(Datum *values, bool *nulls, Datum *id)
+{
+	static SPIPlanPtr plan = NULL;
+	char		spi_nulls[6];
+	bool		inserted;
+
+	for (int i = 0; i < 6; i++)
+		spi_nulls[i] = nulls[i] ? 'n' : ' ';
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (plan == NULL)
+	{
+		Oid			types[6] = {TEXTOID, TEXTOID, JSONBOID, TEXTOID, TEXTOID, BOOLOID};
+		SPIPlanPtr	prepared = SPI_prepare(
+										   "INSERT INTO office.runs (agent_profile_id, reason, payload, idempotency_key, task_id, entry_triggered)"
+										   " VALUES ($1, $2, $3, $4, $5, $6)"
+										   " ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
+										   " RETURNING id",
+										   6, types);
+
+		if (prepared == NULL || SPI_keepplan(prepared) != 0)
+			elog(ERROR, "could not prepare the insert into office.runs");
+		plan = prepared;
+	}
+	if (SPI_execute_plan(plan, values, spi_nulls, false, 0) != SPI_OK_INSERT_RETURNING)
+		elog(ERROR, "could not insert into office.runs");
+	inserted = SPI_processed == 1;
+	if (inserted)
+	{
+		bool		isnull;
+
+		*id = SPI_datumTransfer(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull),
+								false, -1);
+	}
+	SPI_finish();
+	return inserted;
+}
+
+/* An office.enqueue_result; dedup_kind and run_id may be NULL. */
+static Datum
+enqueue_result(FunctionCallInfo fcinfo, const char *outcome, const char *dedup_kind, Datum run_id)
+{
+	TupleDesc	descriptor;
+	Datum		values[3];
+	bool		nulls[3] = {false, dedup_kind == NULL, false};
+
+	if (get_call_result_type(fcinfo, NULL, &descriptor) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "office.enqueue_run must return office.enqueue_result");
+	values[0] = CStringGetTextDatum(outcome);
+	values[1] = dedup_kind ? CStringGetTextDatum(dedup_kind) : (Datum) 0;
+	values[2] = run_id;
+	return HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(descriptor), values, nulls));
+}
+
+Datum
+office_enqueue_run(PG_FUNCTION_ARGS)
+{
+	text	   *agent = text_argument(fcinfo, 0, false);
+	text	   *reason = text_argument(fcinfo, 1, false);
+	Datum		payload = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
+	text	   *key = text_argument(fcinfo, 3, true);
+	text	   *task = text_argument(fcinfo, 4, true);
+	bool		entry = !PG_ARGISNULL(5) && PG_GETARG_BOOL(5);
+	Oid			office;
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	Datum		run_id;
+	Datum		values[6];
+	bool		nulls[6] = {false, false, false, key == NULL, task == NULL, false};
+
+	/* step 1, validation: anything it would refuse is refused there */
+	if (agent == NULL || VARSIZE_ANY_EXHDR(agent) == 0 ||
+		reason == NULL || VARSIZE_ANY_EXHDR(reason) == 0 ||
+		!short_text_ok(reason) || !short_text_ok(task) || PG_ARGISNULL(2) ||
+		text_argument(fcinfo, 6, true) != NULL)
+		return hand_on(fcinfo);
+	{
+		Jsonb	   *object = DatumGetJsonbP(payload);
+
+		if (!JB_ROOT_IS_OBJECT(object) || strlen(JsonbToCString(NULL, &object->root, VARSIZE(object))) > 1048576)
+			return hand_on(fcinfo);
+		payload = JsonbPGetDatum(object);
+	}
+	if (key != NULL && VARSIZE_ANY_EXHDR(key) > 512 &&
+		pg_mbstrlen_with_len(VARDATA_ANY(key), VARSIZE_ANY_EXHDR(key)) > 512)
+		return hand_on(fcinfo);
+	office = get_namespace_oid("office", false);
+	if (!agent_accepts_runs(office, agent))
+		return hand_on(fcinfo);
+
+	/* step 2, a served key: looked up after its lock, as there */
+	if (key != NULL)
+	{
+		Snapshot	snapshot;
+		TimestampTz at;
+		bool		served;
+
+		if (!try_lock(lock_id("office.runs.key:", &key, 1)))
+			return hand_on(fcinfo);
+		snapshot = statement_snapshot();
+		served = key_served(office, snapshot, "runs", "idx_run_idempotency", key,
+							"id", "requested_at", &run_id, &at);
+		UnregisterSnapshot(snapshot);
+		if (!served)
+		{
+			snapshot = statement_snapshot();
+			served = key_served(office, snapshot, "run_keys_recorded", "run_keys_recorded_pkey", key,
+								"run_id", "recorded_at", &run_id, &at);
+			UnregisterSnapshot(snapshot);
+		}
+		if (served && !setting_unset("office.idempotency_window"))
+			return hand_on(fcinfo);
+		if (served)
+		{
+			/* office.idempotency_window's default: interval '24 hours' */
+			const char *kind = at > now - (TimestampTz) 24 * USECS_PER_HOUR ? "windowed" : "durable";
+
+			NullableDatum labels[3] = {{CStringGetTextDatum("runs"), false},
+			{PointerGetDatum(reason), false},
+			{CStringGetTextDatum(kind), false}};
+
+			count_dedup(labels);
+			return enqueue_result(fcinfo, "deduped", kind, run_id);
+		}
+	}
+
+	/* step 3, coalesce, unless entry-triggered or comment-keyed */
+	if (!entry && (key == NULL || VARSIZE_ANY_EXHDR(key) < 13 ||
+				   memcmp(VARDATA_ANY(key), "task_comment:", 13) != 0))
+	{
+		text	   *bucket[3] = {agent, reason, task};
+
+		/* office.coalesce_window's default: interval '5 seconds' */
+		if (!try_lock(lock_id("office.runs.bucket:", bucket, 3)) ||
+			!setting_unset("office.coalesce_window") ||
+			bucket_has_target(office, agent, reason, task, now - 5 * USECS_PER_SEC))
+			return hand_on(fcinfo);
+	}
+
+	/* step 4, the insert, then the signal */
+	values[0] = PointerGetDatum(agent);
+	values[1] = PointerGetDatum(reason);
+	values[2] = payload_with_ids(payload, agent, task);
+	values[3] = PointerGetDatum(key);
+	values[4] = PointerGetDatum(task);
+	values[5] = BoolGetDatum(entry);
+	if (!insert_run(values, nulls, &run_id))
+		return hand_on(fcinfo);
+	signal_run(office, notify_mode(), PointerGetDatum(agent), false, run_id, false);
+	return enqueue_result(fcinfo, "queued", NULL, run_id);
 }

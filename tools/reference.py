@@ -108,10 +108,14 @@ def _granted(acl: Any) -> list[str]:
     return sorted(grantees, key=lambda r: ROLES.index(r) if r in ROLES else -1)
 
 
-_NATIVE_BINDING = re.compile(r"CREATE OR REPLACE FUNCTION office\.(\w+)\(")
+# A statement of sql/95_native.sql: a C binding, or the PL/pgSQL copy a C
+# definition hands calls to (made only where the library is installed).
+_NATIVE_STATEMENT = re.compile(
+    r"CREATE OR REPLACE FUNCTION office\.(\w+)\([^;]*?LANGUAGE (c|plpgsql)\b", re.S
+)
 
 
-def _portable(name: str) -> tuple[str, str]:
+def portable(name: str) -> tuple[str, str]:
     """The language and body of a function's definition in the capability
     files, the PL/pgSQL one that sql/95_native.sql replaces where the library
     is installed: the reference documents what every install has, so it is
@@ -126,10 +130,15 @@ def _portable(name: str) -> tuple[str, str]:
     raise RuntimeError(f"office.{name} has a native binding but no definition in sql/")
 
 
-def _natives() -> set[str]:
-    """The functions sql/95_native.sql binds to C where the library is installed."""
+def natives_and_copies() -> tuple[set[str], set[str]]:
+    """The functions sql/95_native.sql binds to C where the library is
+    installed, and the PL/pgSQL copies it makes there for them."""
     text = (schema.sql_dir() / "95_native.sql").read_text(encoding="utf-8")
-    return set(_NATIVE_BINDING.findall(text))
+    statements = _NATIVE_STATEMENT.findall(text)
+    return (
+        {name for name, language in statements if language == "c"},
+        {name for name, language in statements if language == "plpgsql"},
+    )
 
 
 def read_functions(conn: psycopg.Connection[Any]) -> list[Function]:
@@ -177,10 +186,11 @@ def read_functions(conn: psycopg.Connection[Any]) -> list[Function]:
             acl,
         ) in rows
     ]
-    natives = _natives()
+    natives, copies = natives_and_copies()
+    functions = [f for f in functions if f.name not in copies]
     for f in functions:
         if f.name in natives:
-            language, f.source = _portable(f.name)
+            language, f.source = portable(f.name)
             f.language = f"{language} (C where the library is installed: sql/95_native.sql)"
     triggers = conn.execute(
         """

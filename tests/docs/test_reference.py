@@ -78,5 +78,8 @@ def test_the_reference_lists_every_function(db: psycopg.Connection[Any]) -> None
             " WHERE n.nspname = 'office'"
         ).fetchall()
     ]
-    assert names and all(f"### `office.{name}`" in text for name in names)
+    # (the PL/pgSQL copies sql/95_native.sql makes where the library is
+    # installed are not in it: the reference is what every install has)
+    _, copies = reference.natives_and_copies()
+    assert names and all(f"### `office.{name}`" in text for name in names if name not in copies)
     assert "`office.enqueue_result(outcome text, dedup_kind text, run_id text)`" in text
