@@ -35,9 +35,9 @@ BEGIN
         LANGUAGE c VOLATILE SECURITY DEFINER
         AS '$libdir/office', 'office_count_dedup';
     -- enqueue_run's C definition decides the calls most are (a valid request
-    -- that is a served key's dedup, or a plain insert with its locks free and
-    -- the windows at their defaults) and hands every other call unchanged to
-    -- the PL/pgSQL definition, which it keeps here under another name.
+    -- with its locks free and the windows at their defaults that is a served
+    -- key's dedup, a coalesce or a plain insert) and hands every other call
+    -- unchanged to the PL/pgSQL definition, kept here under another name.
     EXECUTE pg_catalog.format(
         $create$CREATE OR REPLACE FUNCTION office._enqueue_run_plpgsql(agent_profile_id text, reason text, payload jsonb,
                  idempotency_key text, task_id text, entry_triggered boolean,

@@ -854,25 +854,27 @@ office_count_dedup(PG_FUNCTION_ARGS)
 
 /* --- office.enqueue_run(...): the common paths ---------------------------- */
 /*
- * 30_runs.sql's function decides every request; this one decides the two
+ * 30_runs.sql's function decides every request; this one decides the three
  * that most calls are, with the same statements' effects, and hands every
  * other call unchanged to that definition, which 95_native.sql keeps as
  * office._enqueue_run_plpgsql:
  *   - a valid request whose agent accepts runs, whose key is served (own or
  *     recorded): ('deduped', windowed|durable), counted;
+ *   - one that is not served and coalesces: ('coalesced'), its key recorded,
+ *     counted;
  *   - one that is not served and finds no coalesce target: its run inserted
  *     ('queued'), signalled.
  * Handed on: anything invalid (that definition raises the error it names),
  * a keyless_cause (counted there), a set window (parsed and checked there),
  * a lock another transaction holds (there it waits, or asks a stricter
- * transaction to retry), a possible coalesce target, an insert that met the
- * unique key. Nothing is written before a call is handed on, and the locks
- * taken so far are its own to take again, so that definition decides it
- * exactly as if it had been called first.
+ * transaction to retry), an insert that met the unique key. Nothing is
+ * written before a call is handed on, and the locks taken so far are its own
+ * to take again, so that definition decides it exactly as if it had been
+ * called first.
  * The looks are index scans, each in a snapshot taken where its statement
- * there takes one (after the lock it follows); the insert is a kept plan
- * whose names are all qualified (no search_path is set: the caller's is in
- * force, and resolves nothing here).
+ * there takes one (after the lock it follows). The writes are kept plans of
+ * that function's statements with every name and operator qualified: no
+ * search_path is set, the caller's is in force and resolves nothing here.
  */
 
 static Datum
@@ -1120,6 +1122,100 @@ insert_run(Datum *values, bool *nulls, Datum *id)
 	return inserted;
 }
 
+/*
+ * Step 3's UPDATE: the bucket's newest queued run requested after since
+ * (not entry-triggered, not comment-keyed; one being claimed right now is
+ * skipped) absorbs the request and takes its payload. Its id, or false when
+ * none did. The statement is 30_runs.sql's, every operator qualified, and is
+ * planned (once a session) with enable_seqscan off, as the function there is
+ * ("Plans" in 30_runs.sql: an index serves it whatever the statistics say).
+ */
+static bool
+coalesce_into_target(text *agent, text *reason, text *task, TimestampTz since, Datum payload, Datum *id)
+{
+	static SPIPlanPtr plans[2] = {NULL, NULL};
+	static const char *const texts[2] = {
+		"UPDATE office.runs r SET coalesced_count = r.coalesced_count OPERATOR(pg_catalog.+) 1, payload = $5"
+		" WHERE r.id OPERATOR(pg_catalog.=) (SELECT t.id FROM office.runs t"
+		" WHERE t.agent_profile_id OPERATOR(pg_catalog.=) $1 AND t.reason OPERATOR(pg_catalog.=) $2"
+		" AND t.task_id IS NULL"
+		" AND t.status COLLATE pg_catalog.\"C\" OPERATOR(pg_catalog.=) 'queued'"
+		" AND t.requested_at OPERATOR(pg_catalog.>) $4 AND NOT t.entry_triggered"
+		" AND (t.idempotency_key IS NULL OR NOT pg_catalog.starts_with(t.idempotency_key, 'task_comment:'))"
+		" ORDER BY t.requested_at DESC, t.id COLLATE pg_catalog.\"C\" DESC LIMIT 1 FOR UPDATE SKIP LOCKED)"
+		" RETURNING r.id",
+		"UPDATE office.runs r SET coalesced_count = r.coalesced_count OPERATOR(pg_catalog.+) 1, payload = $5"
+		" WHERE r.id OPERATOR(pg_catalog.=) (SELECT t.id FROM office.runs t"
+		" WHERE t.agent_profile_id OPERATOR(pg_catalog.=) $1 AND t.reason OPERATOR(pg_catalog.=) $2"
+		" AND t.task_id OPERATOR(pg_catalog.=) $3"
+		" AND t.status COLLATE pg_catalog.\"C\" OPERATOR(pg_catalog.=) 'queued'"
+		" AND t.requested_at OPERATOR(pg_catalog.>) $4 AND NOT t.entry_triggered"
+		" AND (t.idempotency_key IS NULL OR NOT pg_catalog.starts_with(t.idempotency_key, 'task_comment:'))"
+		" ORDER BY t.requested_at DESC, t.id COLLATE pg_catalog.\"C\" DESC LIMIT 1 FOR UPDATE SKIP LOCKED)"
+		" RETURNING r.id",
+	};
+	int			which = task == NULL ? 0 : 1;
+	Datum		values[5] = {PointerGetDatum(agent), PointerGetDatum(reason), PointerGetDatum(task),
+	TimestampTzGetDatum(since), payload};
+	char		nulls[5] = {' ', ' ', task == NULL ? 'n' : ' ', ' ', ' '};
+	int			nest;
+	int			done;
+	bool		found;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	nest = NewGUCNestLevel();
+	(void) set_config_option("enable_seqscan", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	if (plans[which] == NULL)
+	{
+		Oid			types[5] = {TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID, JSONBOID};
+		SPIPlanPtr	prepared = SPI_prepare(texts[which], 5, types);
+
+		if (prepared == NULL || SPI_keepplan(prepared) != 0)
+			elog(ERROR, "could not prepare the coalesce into office.runs");
+		plans[which] = prepared;
+	}
+	done = SPI_execute_plan(plans[which], values, nulls, false, 0);
+	AtEOXact_GUC(true, nest);
+	if (done != SPI_OK_UPDATE_RETURNING)
+		elog(ERROR, "could not coalesce into office.runs");
+	found = SPI_processed == 1;
+	if (found)
+	{
+		bool		isnull;
+
+		*id = SPI_datumTransfer(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull),
+								false, -1);
+	}
+	SPI_finish();
+	return found;
+}
+
+/* The target serves the incoming key from now on (office.run_keys_recorded). */
+static void
+record_key(text *key, Datum run_id)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		values[2] = {PointerGetDatum(key), run_id};
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (plan == NULL)
+	{
+		Oid			types[2] = {TEXTOID, TEXTOID};
+		SPIPlanPtr	prepared = SPI_prepare("INSERT INTO office.run_keys_recorded (idempotency_key, run_id)"
+										   " VALUES ($1, $2)", 2, types);
+
+		if (prepared == NULL || SPI_keepplan(prepared) != 0)
+			elog(ERROR, "could not prepare the insert into office.run_keys_recorded");
+		plan = prepared;
+	}
+	if (SPI_execute_plan(plan, values, NULL, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "could not insert into office.run_keys_recorded");
+	SPI_finish();
+}
+
 /* An office.enqueue_result; dedup_kind and run_id may be NULL. */
 static Datum
 enqueue_result(FunctionCallInfo fcinfo, const char *outcome, const char *dedup_kind, Datum run_id)
@@ -1207,23 +1303,39 @@ office_enqueue_run(PG_FUNCTION_ARGS)
 		}
 	}
 
-	/* step 3, coalesce, unless entry-triggered or comment-keyed */
+	/*
+	 * step 3, coalesce, unless entry-triggered or comment-keyed; the UPDATE
+	 * only where a look finds a run it could take (most requests find none)
+	 */
+	payload = payload_with_ids(payload, agent, task);
 	if (!entry && (key == NULL || VARSIZE_ANY_EXHDR(key) < 13 ||
 				   memcmp(VARDATA_ANY(key), "task_comment:", 13) != 0))
 	{
 		text	   *bucket[3] = {agent, reason, task};
-
 		/* office.coalesce_window's default: interval '5 seconds' */
+		TimestampTz since = now - 5 * USECS_PER_SEC;
+
 		if (!try_lock(lock_id("office.runs.bucket:", bucket, 3)) ||
-			!setting_unset("office.coalesce_window") ||
-			bucket_has_target(office, agent, reason, task, now - 5 * USECS_PER_SEC))
+			!setting_unset("office.coalesce_window"))
 			return hand_on(fcinfo);
+		if (bucket_has_target(office, agent, reason, task, since) &&
+			coalesce_into_target(agent, reason, task, since, payload, &run_id))
+		{
+			NullableDatum labels[3] = {{CStringGetTextDatum("runs"), false},
+			{PointerGetDatum(reason), false},
+			{CStringGetTextDatum("coalesced"), false}};
+
+			if (key != NULL)
+				record_key(key, run_id);
+			count_dedup(labels);
+			return enqueue_result(fcinfo, "coalesced", NULL, run_id);
+		}
 	}
 
 	/* step 4, the insert, then the signal */
 	values[0] = PointerGetDatum(agent);
 	values[1] = PointerGetDatum(reason);
-	values[2] = payload_with_ids(payload, agent, task);
+	values[2] = payload;
 	values[3] = PointerGetDatum(key);
 	values[4] = PointerGetDatum(task);
 	values[5] = BoolGetDatum(entry);
