@@ -11,8 +11,10 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from tests.sql.test_hardening import HOSTILE_OBJECTS, HOSTILE_PATH
 from tools import reference
 
 Conn = psycopg.Connection[Any]
@@ -239,3 +241,21 @@ def test_enqueue_run_decides_as_its_plpgsql_definition(db: Conn) -> None:
     # The calls reach every outcome and several errors, so the comparison is not vacuous.
     outcomes = {o[0] for o, _ in native[: len(ENQUEUE_CALLS)]}
     assert {"queued", "deduped", "coalesced", "22023", "OFA01", "OFA02"} <= outcomes
+
+
+def test_enqueue_run_decides_the_same_under_a_hostile_search_path(db: Conn) -> None:
+    # The C definition sets no search_path: its statements run under the
+    # caller's, so every name and operator in them is qualified. Under a
+    # path whose schema shadows =, <>, || and more (test_hardening.py), the
+    # same calls give the same outcomes, rows and counts as under the default.
+    db.execute(HOSTILE_OBJECTS)
+    db.execute(
+        "SELECT office.upsert_agent(a, 'w') FROM unnest(ARRAY['a1', 'a2', 'a3', 'paused']) a"
+    )
+    normal = _run_calls(db, "enqueue_run")
+    db.execute(sql.SQL("SET search_path = {}").format(sql.SQL(HOSTILE_PATH)))
+    try:
+        shadowed = _run_calls(db, "enqueue_run")
+    finally:
+        db.execute("RESET search_path")
+    assert shadowed == normal
