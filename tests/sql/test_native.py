@@ -14,6 +14,8 @@ import pytest
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from controlplane.migrate import migrate
+from tests import harness
 from tests.sql.test_hardening import HOSTILE_OBJECTS, HOSTILE_PATH
 from tools import reference
 
@@ -259,3 +261,49 @@ def test_enqueue_run_decides_the_same_under_a_hostile_search_path(db: Conn) -> N
     finally:
         db.execute("RESET search_path")
     assert shadowed == normal
+
+
+def test_a_migrate_without_superuser_keeps_the_plpgsql_definitions() -> None:
+    # 95_native.sql's fallback: a C function takes a superuser to create. A
+    # database owner who is not one (with CREATEROLE, which office's roles
+    # need) runs officectl migrate; the block meets insufficient_privilege
+    # and changes nothing, and the PL/pgSQL definitions serve.
+    owner = f"office_native_owner_{harness.LABEL}"
+    dbname = f"office_native_{harness.LABEL}"
+
+    def drop(admin: Conn) -> None:
+        admin.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(dbname))
+        )
+        admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(owner)))
+
+    with psycopg.connect(harness.conninfo("postgres"), autocommit=True) as admin:
+        drop(admin)
+        admin.execute(sql.SQL("CREATE ROLE {} LOGIN CREATEROLE").format(sql.Identifier(owner)))
+        admin.execute(
+            sql.SQL("CREATE DATABASE {} OWNER {} TEMPLATE template0").format(
+                sql.Identifier(dbname), sql.Identifier(owner)
+            )
+        )
+    try:
+        migrate(f"postgresql://{owner}@{harness.HOST}:{harness.PORT}/{dbname}")
+        with psycopg.connect(harness.conninfo(dbname), autocommit=True) as conn:
+            languages = conn.execute(
+                "SELECT p.proname, l.lanname FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang"
+                " WHERE p.pronamespace = 'office'::regnamespace"
+                " AND (p.proname = ANY (%s) OR l.lanname = 'c') ORDER BY p.proname",
+                [NATIVE],
+            ).fetchall()
+            assert languages == [(name, "plpgsql") for name in NATIVE]
+            assert harness.scalar(conn, "SELECT to_regproc('office._enqueue_run_plpgsql')") is None
+            conn.execute("SELECT office.upsert_agent('a1', 'w')")
+            outcomes = [
+                harness.scalar(
+                    conn, "SELECT outcome FROM office.enqueue_run('a1', 'r', '{}', %s)", [k]
+                )
+                for k in ("k1", "k1", "k2")
+            ]
+            assert outcomes == ["queued", "deduped", "coalesced"]
+    finally:
+        with psycopg.connect(harness.conninfo("postgres"), autocommit=True) as admin:
+            drop(admin)
