@@ -16,7 +16,7 @@ from psycopg.types.json import Jsonb
 
 from controlplane.migrate import migrate
 from tests import harness
-from tests.sql.test_hardening import HOSTILE_OBJECTS, HOSTILE_PATH
+from tests.scenarios.hostile import HOSTILE_OBJECTS, HOSTILE_PATH
 from tools import reference
 
 Conn = psycopg.Connection[Any]
