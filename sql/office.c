@@ -400,28 +400,52 @@ least_of_agent(Oid office, const char *table, const char *index, Datum agent,
 	return found;
 }
 
+/*
+ * A statement of office's own: prepared the first time, with the argument
+ * types types, and kept for the session in *plan; run in an SPI connection
+ * of its own, where it must give the SPI result expect. Whether it processed
+ * a row; if so and first is given, *first is the first column of the first
+ * row it returned, copied out of the connection.
+ */
+static bool
+run_kept(SPIPlanPtr *plan, const char *query, int nargs, Oid *types,
+		 Datum *values, const char *nulls, int expect, Datum *first)
+{
+	bool		processed;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (*plan == NULL)
+	{
+		SPIPlanPtr	prepared = SPI_prepare(query, nargs, types);
+
+		if (prepared == NULL || SPI_keepplan(prepared) != 0)
+			elog(ERROR, "could not prepare: %s", query);
+		*plan = prepared;
+	}
+	if (SPI_execute_plan(*plan, values, nulls, false, 0) != expect)
+		elog(ERROR, "could not run: %s", query);
+	processed = SPI_processed > 0;
+	if (processed && first != NULL)
+	{
+		bool		isnull;
+
+		*first = SPI_datumTransfer(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull),
+								   false, -1);
+	}
+	SPI_finish();
+	return processed;
+}
+
 static void
 insert_ready_row(Datum agent, Datum head)
 {
 	static SPIPlanPtr plan = NULL;
+	Oid			types[2] = {TEXTOID, TIMESTAMPTZOID};
 	Datum		values[2] = {agent, head};
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	if (plan == NULL)
-	{
-		Oid			types[2] = {TEXTOID, TIMESTAMPTZOID};
-		SPIPlanPtr	prepared = SPI_prepare(
-										   "INSERT INTO office.agent_ready (agent_profile_id, head_at) VALUES ($1, $2)",
-										   2, types);
-
-		if (prepared == NULL || SPI_keepplan(prepared) != 0)
-			elog(ERROR, "could not prepare the insert into office.agent_ready");
-		plan = prepared;
-	}
-	if (SPI_execute_plan(plan, values, NULL, false, 0) != SPI_OK_INSERT)
-		elog(ERROR, "could not insert into office.agent_ready");
-	SPI_finish();
+	(void) run_kept(&plan, "INSERT INTO office.agent_ready (agent_profile_id, head_at) VALUES ($1, $2)",
+					2, types, values, NULL, SPI_OK_INSERT, NULL);
 }
 
 Datum
@@ -816,6 +840,7 @@ static void
 count_dedup(const NullableDatum *labels)
 {
 	static SPIPlanPtr plan = NULL;
+	Oid			types[4] = {INT4OID, TEXTOID, TEXTOID, TEXTOID};
 	Datum		values[4] = {Int32GetDatum(counter_slot())};
 	char		nulls[4] = {' '};
 
@@ -824,25 +849,12 @@ count_dedup(const NullableDatum *labels)
 		values[i + 1] = labels[i].value;
 		nulls[i + 1] = labels[i].isnull ? 'n' : ' ';
 	}
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	if (plan == NULL)
-	{
-		Oid			types[4] = {INT4OID, TEXTOID, TEXTOID, TEXTOID};
-		SPIPlanPtr	prepared = SPI_prepare(
-										   "INSERT INTO office.dedup_counters AS c (slot, queue, reason, kind, total)"
-										   " VALUES ($1, $2, $3, $4, 1)"
-										   " ON CONFLICT (slot, queue, reason, kind)"
-										   " DO UPDATE SET total = c.total OPERATOR(pg_catalog.+) 1",
-										   4, types);
-
-		if (prepared == NULL || SPI_keepplan(prepared) != 0)
-			elog(ERROR, "could not prepare the insert into office.dedup_counters");
-		plan = prepared;
-	}
-	if (SPI_execute_plan(plan, values, nulls, false, 0) != SPI_OK_INSERT)
-		elog(ERROR, "could not count into office.dedup_counters");
-	SPI_finish();
+	(void) run_kept(&plan,
+					"INSERT INTO office.dedup_counters AS c (slot, queue, reason, kind, total)"
+					" VALUES ($1, $2, $3, $4, 1)"
+					" ON CONFLICT (slot, queue, reason, kind)"
+					" DO UPDATE SET total = c.total OPERATOR(pg_catalog.+) 1",
+					4, types, values, nulls, SPI_OK_INSERT, NULL);
 }
 
 Datum
@@ -1084,43 +1096,30 @@ payload_with_ids(Datum payload, text *agent, text *task)
 
 /* The INSERT of step 4: the new run's id, or false when the key met a row. */
 static bool
-insert_run(Datum *values, bool *nulls, Datum *id)
+insert_run(Datum *values, const char *nulls, Datum *id)
 {
 	static SPIPlanPtr plan = NULL;
-	char		spi_nulls[6];
-	bool		inserted;
+	Oid			types[6] = {TEXTOID, TEXTOID, JSONBOID, TEXTOID, TEXTOID, BOOLOID};
 
-	for (int i = 0; i < 6; i++)
-		spi_nulls[i] = nulls[i] ? 'n' : ' ';
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	if (plan == NULL)
-	{
-		Oid			types[6] = {TEXTOID, TEXTOID, JSONBOID, TEXTOID, TEXTOID, BOOLOID};
-		SPIPlanPtr	prepared = SPI_prepare(
-										   "INSERT INTO office.runs (agent_profile_id, reason, payload, idempotency_key, task_id, entry_triggered)"
-										   " VALUES ($1, $2, $3, $4, $5, $6)"
-										   " ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
-										   " RETURNING id",
-										   6, types);
-
-		if (prepared == NULL || SPI_keepplan(prepared) != 0)
-			elog(ERROR, "could not prepare the insert into office.runs");
-		plan = prepared;
-	}
-	if (SPI_execute_plan(plan, values, spi_nulls, false, 0) != SPI_OK_INSERT_RETURNING)
-		elog(ERROR, "could not insert into office.runs");
-	inserted = SPI_processed == 1;
-	if (inserted)
-	{
-		bool		isnull;
-
-		*id = SPI_datumTransfer(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull),
-								false, -1);
-	}
-	SPI_finish();
-	return inserted;
+	return run_kept(&plan,
+					"INSERT INTO office.runs (agent_profile_id, reason, payload, idempotency_key, task_id, entry_triggered)"
+					" VALUES ($1, $2, $3, $4, $5, $6)"
+					" ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
+					" RETURNING id",
+					6, types, values, nulls, SPI_OK_INSERT_RETURNING, id);
 }
+
+/* the UPDATE for a bucket, its task tested by task_test */
+#define COALESCE_UPDATE(task_test) \
+	"UPDATE office.runs r SET coalesced_count = r.coalesced_count OPERATOR(pg_catalog.+) 1, payload = $5" \
+	" WHERE r.id OPERATOR(pg_catalog.=) (SELECT t.id FROM office.runs t" \
+	" WHERE t.agent_profile_id OPERATOR(pg_catalog.=) $1 AND t.reason OPERATOR(pg_catalog.=) $2" \
+	" AND " task_test \
+	" AND t.status COLLATE pg_catalog.\"C\" OPERATOR(pg_catalog.=) 'queued'" \
+	" AND t.requested_at OPERATOR(pg_catalog.>) $4 AND NOT t.entry_triggered" \
+	" AND (t.idempotency_key IS NULL OR NOT pg_catalog.starts_with(t.idempotency_key, 'task_comment:'))" \
+	" ORDER BY t.requested_at DESC, t.id COLLATE pg_catalog.\"C\" DESC LIMIT 1 FOR UPDATE SKIP LOCKED)" \
+	" RETURNING r.id"
 
 /*
  * Step 3's UPDATE: the bucket's newest queued run requested after since
@@ -1135,60 +1134,21 @@ coalesce_into_target(text *agent, text *reason, text *task, TimestampTz since, D
 {
 	static SPIPlanPtr plans[2] = {NULL, NULL};
 	static const char *const texts[2] = {
-		"UPDATE office.runs r SET coalesced_count = r.coalesced_count OPERATOR(pg_catalog.+) 1, payload = $5"
-		" WHERE r.id OPERATOR(pg_catalog.=) (SELECT t.id FROM office.runs t"
-		" WHERE t.agent_profile_id OPERATOR(pg_catalog.=) $1 AND t.reason OPERATOR(pg_catalog.=) $2"
-		" AND t.task_id IS NULL"
-		" AND t.status COLLATE pg_catalog.\"C\" OPERATOR(pg_catalog.=) 'queued'"
-		" AND t.requested_at OPERATOR(pg_catalog.>) $4 AND NOT t.entry_triggered"
-		" AND (t.idempotency_key IS NULL OR NOT pg_catalog.starts_with(t.idempotency_key, 'task_comment:'))"
-		" ORDER BY t.requested_at DESC, t.id COLLATE pg_catalog.\"C\" DESC LIMIT 1 FOR UPDATE SKIP LOCKED)"
-		" RETURNING r.id",
-		"UPDATE office.runs r SET coalesced_count = r.coalesced_count OPERATOR(pg_catalog.+) 1, payload = $5"
-		" WHERE r.id OPERATOR(pg_catalog.=) (SELECT t.id FROM office.runs t"
-		" WHERE t.agent_profile_id OPERATOR(pg_catalog.=) $1 AND t.reason OPERATOR(pg_catalog.=) $2"
-		" AND t.task_id OPERATOR(pg_catalog.=) $3"
-		" AND t.status COLLATE pg_catalog.\"C\" OPERATOR(pg_catalog.=) 'queued'"
-		" AND t.requested_at OPERATOR(pg_catalog.>) $4 AND NOT t.entry_triggered"
-		" AND (t.idempotency_key IS NULL OR NOT pg_catalog.starts_with(t.idempotency_key, 'task_comment:'))"
-		" ORDER BY t.requested_at DESC, t.id COLLATE pg_catalog.\"C\" DESC LIMIT 1 FOR UPDATE SKIP LOCKED)"
-		" RETURNING r.id",
+		COALESCE_UPDATE("t.task_id IS NULL"),
+		COALESCE_UPDATE("t.task_id OPERATOR(pg_catalog.=) $3"),
 	};
 	int			which = task == NULL ? 0 : 1;
+	Oid			types[5] = {TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID, JSONBOID};
 	Datum		values[5] = {PointerGetDatum(agent), PointerGetDatum(reason), PointerGetDatum(task),
 	TimestampTzGetDatum(since), payload};
 	char		nulls[5] = {' ', ' ', task == NULL ? 'n' : ' ', ' ', ' '};
-	int			nest;
-	int			done;
+	int			nest = NewGUCNestLevel();
 	bool		found;
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	nest = NewGUCNestLevel();
 	(void) set_config_option("enable_seqscan", "off", PGC_USERSET, PGC_S_SESSION,
 							 GUC_ACTION_SAVE, true, 0, false);
-	if (plans[which] == NULL)
-	{
-		Oid			types[5] = {TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID, JSONBOID};
-		SPIPlanPtr	prepared = SPI_prepare(texts[which], 5, types);
-
-		if (prepared == NULL || SPI_keepplan(prepared) != 0)
-			elog(ERROR, "could not prepare the coalesce into office.runs");
-		plans[which] = prepared;
-	}
-	done = SPI_execute_plan(plans[which], values, nulls, false, 0);
+	found = run_kept(&plans[which], texts[which], 5, types, values, nulls, SPI_OK_UPDATE_RETURNING, id);
 	AtEOXact_GUC(true, nest);
-	if (done != SPI_OK_UPDATE_RETURNING)
-		elog(ERROR, "could not coalesce into office.runs");
-	found = SPI_processed == 1;
-	if (found)
-	{
-		bool		isnull;
-
-		*id = SPI_datumTransfer(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull),
-								false, -1);
-	}
-	SPI_finish();
 	return found;
 }
 
@@ -1197,23 +1157,11 @@ static void
 record_key(text *key, Datum run_id)
 {
 	static SPIPlanPtr plan = NULL;
+	Oid			types[2] = {TEXTOID, TEXTOID};
 	Datum		values[2] = {PointerGetDatum(key), run_id};
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	if (plan == NULL)
-	{
-		Oid			types[2] = {TEXTOID, TEXTOID};
-		SPIPlanPtr	prepared = SPI_prepare("INSERT INTO office.run_keys_recorded (idempotency_key, run_id)"
-										   " VALUES ($1, $2)", 2, types);
-
-		if (prepared == NULL || SPI_keepplan(prepared) != 0)
-			elog(ERROR, "could not prepare the insert into office.run_keys_recorded");
-		plan = prepared;
-	}
-	if (SPI_execute_plan(plan, values, NULL, false, 0) != SPI_OK_INSERT)
-		elog(ERROR, "could not insert into office.run_keys_recorded");
-	SPI_finish();
+	(void) run_kept(&plan, "INSERT INTO office.run_keys_recorded (idempotency_key, run_id) VALUES ($1, $2)",
+					2, types, values, NULL, SPI_OK_INSERT, NULL);
 }
 
 /* An office.enqueue_result; dedup_kind and run_id may be NULL. */
@@ -1245,7 +1193,7 @@ office_enqueue_run(PG_FUNCTION_ARGS)
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	Datum		run_id;
 	Datum		values[6];
-	bool		nulls[6] = {false, false, false, key == NULL, task == NULL, false};
+	char		nulls[6] = {' ', ' ', ' ', key == NULL ? 'n' : ' ', task == NULL ? 'n' : ' ', ' '};
 
 	/* step 1, validation: anything it would refuse is refused there */
 	if (agent == NULL || VARSIZE_ANY_EXHDR(agent) == 0 ||
