@@ -289,14 +289,14 @@ column_is(HeapTuple tuple, Relation rel, const char *name, const char *word)
 	return !isnull && text_is(DatumGetTextPP(value), word);
 }
 
-/* An index scan of one agent's entries (the index's first column) in office. */
-typedef struct AgentScan
+/* An index scan of a table in office, its rows fetched into slot. */
+typedef struct OfficeScan
 {
 	Relation	heap;
 	Relation	index;
 	TupleTableSlot *slot;
 	IndexScanDesc scan;
-} AgentScan;
+} OfficeScan;
 
 /*
  * What a statement of its own would see from here: a new snapshot (READ
@@ -312,7 +312,7 @@ statement_snapshot(void)
 
 /* Opens an index of an office table for a scan; scan_start starts it. */
 static void
-scan_open(AgentScan *s, Oid office, const char *table, const char *index)
+scan_open(OfficeScan *s, Oid office, const char *table, const char *index)
 {
 	s->heap = table_open(office_relation(office, table), AccessShareLock);
 	s->index = index_open(office_relation(office, index), AccessShareLock);
@@ -325,39 +325,40 @@ scan_open(AgentScan *s, Oid office, const char *table, const char *index)
  * collation: text equality is bytewise under any deterministic one).
  */
 static void
-text_key(AgentScan *s, ScanKey key, int column, Datum value)
+text_key(OfficeScan *s, ScanKey key, int column, Datum value)
 {
 	ScanKeyEntryInitialize(key, 0, column, BTEqualStrategyNumber, InvalidOid,
 						   s->index->rd_indcollation[column - 1], F_TEXTEQ, value);
 }
 
 static void
-scan_start(AgentScan *s, Snapshot snapshot, ScanKey keys, int nkeys)
+scan_start(OfficeScan *s, Snapshot snapshot, ScanKey keys, int nkeys)
 {
 	s->scan = index_beginscan(s->heap, s->index, snapshot, nkeys, 0);
 	index_rescan(s->scan, keys, nkeys, NULL, 0);
 }
 
+/* The scan of the index's entries whose first column equals value, a text. */
 static void
-agent_scan_begin(AgentScan *s, Oid office, const char *table, const char *index,
-				 Datum agent, Snapshot snapshot)
+scan_by_text(OfficeScan *s, Oid office, const char *table, const char *index,
+			 Datum value, Snapshot snapshot)
 {
 	ScanKeyData key;
 
 	scan_open(s, office, table, index);
-	text_key(s, &key, 1, agent);
+	text_key(s, &key, 1, value);
 	scan_start(s, snapshot, &key, 1);
 }
 
 /* The next visible row, in index order, into s->slot. */
 static bool
-agent_scan_next(AgentScan *s)
+scan_next(OfficeScan *s)
 {
 	return index_getnext_slot(s->scan, ForwardScanDirection, s->slot);
 }
 
 static void
-agent_scan_end(AgentScan *s)
+scan_end(OfficeScan *s)
 {
 	index_endscan(s->scan);
 	ExecDropSingleTupleTableSlot(s->slot);
@@ -375,16 +376,16 @@ least_of_agent(Oid office, const char *table, const char *index, Datum agent,
 			   const char *column_name, const char *only_null, Datum *value)
 {
 	Snapshot	snapshot = statement_snapshot();
-	AgentScan	s;
+	OfficeScan	s;
 	int			wanted;
 	int			nullable;
 	bool		found = false;
 	bool		isnull;
 
-	agent_scan_begin(&s, office, table, index, agent, snapshot);
+	scan_by_text(&s, office, table, index, agent, snapshot);
 	wanted = attnum_in(s.heap, column_name);
 	nullable = only_null ? attnum_in(s.heap, only_null) : 0;
-	while (!found && agent_scan_next(&s))
+	while (!found && scan_next(&s))
 	{
 		if (nullable > 0)
 		{
@@ -395,7 +396,7 @@ least_of_agent(Oid office, const char *table, const char *index, Datum agent,
 		*value = slot_getattr(s.slot, wanted, &isnull);
 		found = !isnull;
 	}
-	agent_scan_end(&s);
+	scan_end(&s);
 	UnregisterSnapshot(snapshot);
 	return found;
 }
@@ -580,12 +581,12 @@ notify_agent(Datum agent, bool isnull)
 static bool
 agent_busy(Oid office, Datum agent, Snapshot snapshot)
 {
-	AgentScan	s;
+	OfficeScan	s;
 	bool		busy;
 
-	agent_scan_begin(&s, office, "runs", "idx_run_one_claimed_per_agent", agent, snapshot);
-	busy = agent_scan_next(&s);
-	agent_scan_end(&s);
+	scan_by_text(&s, office, "runs", "idx_run_one_claimed_per_agent", agent, snapshot);
+	busy = scan_next(&s);
+	scan_end(&s);
 	return busy;
 }
 
@@ -598,7 +599,7 @@ static int
 agent_due_runs(Oid office, Datum agent, Snapshot snapshot, int limit,
 			   bool has_except, Datum except, bool except_null)
 {
-	AgentScan	s;
+	OfficeScan	s;
 	int			count = 0;
 	int			retry_attnum;
 	int			id_attnum;
@@ -606,10 +607,10 @@ agent_due_runs(Oid office, Datum agent, Snapshot snapshot, int limit,
 
 	if (has_except && except_null)
 		return 0;
-	agent_scan_begin(&s, office, "runs", "idx_run_agent_queued", agent, snapshot);
+	scan_by_text(&s, office, "runs", "idx_run_agent_queued", agent, snapshot);
 	retry_attnum = attnum_in(s.heap, "scheduled_retry_at");
 	id_attnum = attnum_in(s.heap, "id");
-	while (count < limit && agent_scan_next(&s))
+	while (count < limit && scan_next(&s))
 	{
 		bool		isnull;
 		Datum		retry = slot_getattr(s.slot, retry_attnum, &isnull);
@@ -620,7 +621,7 @@ agent_due_runs(Oid office, Datum agent, Snapshot snapshot, int limit,
 			continue;
 		count++;
 	}
-	agent_scan_end(&s);
+	scan_end(&s);
 	return count;
 }
 
@@ -961,11 +962,11 @@ static bool
 agent_accepts_runs(Oid office, text *agent)
 {
 	Snapshot	snapshot = statement_snapshot();
-	AgentScan	s;
+	OfficeScan	s;
 	bool		accepts = false;
 
-	agent_scan_begin(&s, office, "agent_profiles", "agent_profiles_pkey", PointerGetDatum(agent), snapshot);
-	if (agent_scan_next(&s))
+	scan_by_text(&s, office, "agent_profiles", "agent_profiles_pkey", PointerGetDatum(agent), snapshot);
+	if (scan_next(&s))
 	{
 		bool		isnull;
 		Datum		status = slot_getattr(s.slot, attnum_in(s.heap, "status"), &isnull);
@@ -974,7 +975,7 @@ agent_accepts_runs(Oid office, text *agent)
 			!(text_is(DatumGetTextPP(status), "paused") || text_is(DatumGetTextPP(status), "stopped") ||
 			  text_is(DatumGetTextPP(status), "pending_approval"));
 	}
-	agent_scan_end(&s);
+	scan_end(&s);
 	UnregisterSnapshot(snapshot);
 	return accepts;
 }
@@ -987,11 +988,11 @@ static bool
 key_served(Oid office, Snapshot snapshot, const char *table, const char *index, text *key,
 		   const char *id_column, const char *at_column, Datum *id, TimestampTz *at)
 {
-	AgentScan	s;
+	OfficeScan	s;
 	bool		found;
 
-	agent_scan_begin(&s, office, table, index, PointerGetDatum(key), snapshot);
-	found = agent_scan_next(&s);
+	scan_by_text(&s, office, table, index, PointerGetDatum(key), snapshot);
+	found = scan_next(&s);
 	if (found)
 	{
 		bool		isnull;
@@ -999,7 +1000,7 @@ key_served(Oid office, Snapshot snapshot, const char *table, const char *index, 
 		*id = PointerGetDatum(DatumGetTextPCopy(slot_getattr(s.slot, attnum_in(s.heap, id_column), &isnull)));
 		*at = DatumGetTimestampTz(slot_getattr(s.slot, attnum_in(s.heap, at_column), &isnull));
 	}
-	agent_scan_end(&s);
+	scan_end(&s);
 	return found;
 }
 
@@ -1013,7 +1014,7 @@ static bool
 bucket_has_target(Oid office, text *agent, text *reason, text *task, TimestampTz since)
 {
 	Snapshot	snapshot = statement_snapshot();
-	AgentScan	s;
+	OfficeScan	s;
 	ScanKeyData keys[4];
 	int			at_column;
 	bool		found = false;
@@ -1042,7 +1043,7 @@ bucket_has_target(Oid office, text *agent, text *reason, text *task, TimestampTz
 	status_attnum = attnum_in(s.heap, "status");
 	entry_attnum = attnum_in(s.heap, "entry_triggered");
 	key_attnum = attnum_in(s.heap, "idempotency_key");
-	while (!found && agent_scan_next(&s))
+	while (!found && scan_next(&s))
 	{
 		bool		isnull;
 		Datum		value;
@@ -1063,7 +1064,7 @@ bucket_has_target(Oid office, text *agent, text *reason, text *task, TimestampTz
 		}
 		found = true;
 	}
-	agent_scan_end(&s);
+	scan_end(&s);
 	UnregisterSnapshot(snapshot);
 	return found;
 }
