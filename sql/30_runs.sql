@@ -279,15 +279,18 @@ BEGIN
         -- (the WHEN clause: it accepts runs, and did not or had another id)
         v_agents := ARRAY[NEW.id];
     ELSIF TG_OP = 'INSERT' THEN
-        -- (the WHEN clause: a queued run) Its own requested_at is the head:
-        -- no lookup on the enqueue path.
+        -- A run inserted queued (runs_30_ready_insert has no WHEN clause).
+        -- Its own requested_at is the head: no lookup on the enqueue path.
+        IF NEW.status <> 'queued' THEN
+            RETURN NULL;
+        END IF;
         v_agents := ARRAY[NEW.agent_profile_id];
         v_head := NEW.requested_at;
     ELSE
         -- A run that became queued again, a claim that ended: the agent's
-        -- oldest queued run is the head, looked up below. (The UPDATE
-        -- trigger's WHEN clause holds only the first test of each case; the
-        -- rest is here: see runs_30_ready_update.)
+        -- oldest queued run is the head, looked up below. (Any other
+        -- update, a claim among them, readies no agent: runs_30_ready_update
+        -- has no WHEN clause.)
         v_agents := '{}';
         IF TG_OP = 'UPDATE' AND NEW.status = 'queued'
            AND (OLD.status <> 'queued' OR OLD.agent_profile_id <> NEW.agent_profile_id
@@ -336,25 +339,26 @@ COMMENT ON FUNCTION office._ready_agents() IS
 REVOKE EXECUTE ON FUNCTION office._ready_agents() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office._ready_agents() TO office_admin;
 
+-- No WHEN clause: PostgreSQL reads one again from its stored text at every
+-- statement that may fire the trigger, a twentieth of a fresh enqueue_run
+-- (docs/benchmarks.md); the function tests the status itself.
 CREATE TRIGGER runs_30_ready_insert
     AFTER INSERT ON office.runs
     FOR EACH ROW
-    WHEN (NEW.status = 'queued')
     EXECUTE FUNCTION office._ready_agents();
 
--- It fires for a run that is queued after the update (queued again, moved
+-- It readies for a run that is queued after the update (queued again, moved
 -- to another agent, re-dated earlier, its retry time changed) and for a
 -- claim that ended or moved; the function tells these apart from an update
--- that changed none of it. A claim (queued -> claimed), a coalesce or a
--- heartbeat does not fire it. The WHEN clause is short on purpose: it is
--- read again from its stored text at every statement that updates
--- office.runs, and with the whole conditions there, this clause and
--- runs_70_parent_wake_mark_update's were 15 % of the instructions of a
--- claim + finish cycle (callgrind, docs/benchmarks.md).
+-- that changed none of it, such as a claim (queued -> claimed). A coalesce
+-- or a heartbeat sets none of the columns, so does not fire it. No WHEN
+-- clause: one is read again from its stored text at every statement that
+-- may fire the trigger, and even the short one this had (NEW.status =
+-- 'queued' OR OLD.status = 'claimed') cost a claim and a finish more than
+-- the function's own tests (docs/benchmarks.md, "eighth pass").
 CREATE TRIGGER runs_30_ready_update
     AFTER UPDATE OF status, agent_profile_id, requested_at, scheduled_retry_at ON office.runs
     FOR EACH ROW
-    WHEN (NEW.status = 'queued' OR OLD.status = 'claimed')
     EXECUTE FUNCTION office._ready_agents();
 
 CREATE TRIGGER runs_30_ready_delete
@@ -1122,8 +1126,10 @@ CREATE FUNCTION office.claim_run(worker_id text DEFAULT NULL, agent_profile_id t
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_agent       text := nullif(claim_run.agent_profile_id, '');
-    v_worker      text := office._check_short_text('worker_id', claim_run.worker_id);
+    -- $1 and $2, not claim_run.worker_id: 95_native.sql compiles this body
+    -- under another name too (office._claim_run_plpgsql).
+    v_agent       text := nullif($2, '');
+    v_worker      text := office._check_short_text('worker_id', $1);
     v_skip_agents text[] := '{}';
     v_skip_runs   text[] := '{}';
     v_cand_ids    text[];

@@ -284,11 +284,13 @@ GRANT EXECUTE ON FUNCTION office._runs_parent_wake_mark() TO office_admin;
 
 -- The WHEN clause names the reason only, the rest is tested in the
 -- function: a WHEN clause is read again from its stored text at every
--- statement that updates office.runs (every claim, finish and heartbeat),
--- and the whole condition there cost those statements more than calling the
+-- statement that may fire the trigger (every claim and finish), and the
+-- whole condition there cost those statements more than calling the
 -- function for the few task_children_completed runs (docs/benchmarks.md).
+-- Only the columns the function compares: an update of none of them (a
+-- coalesce, a heartbeat) cannot change what it tests, and does not fire it.
 CREATE TRIGGER runs_70_parent_wake_mark_update
-    AFTER UPDATE ON office.runs
+    AFTER UPDATE OF status, requested_at, task_id, reason ON office.runs
     FOR EACH ROW
     WHEN (OLD.reason = 'task_children_completed')
     EXECUTE FUNCTION office._runs_parent_wake_mark();

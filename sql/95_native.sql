@@ -61,6 +61,29 @@ BEGIN
         RETURNS office.enqueue_result
         LANGUAGE c VOLATILE SECURITY DEFINER
         AS '$libdir/office', 'office_enqueue_run';
+    -- claim_run's C definition follows the same steps (sql/office.c) and
+    -- hands on only a worker_id its PL/pgSQL definition refuses.
+    EXECUTE pg_catalog.format(
+        $create$CREATE OR REPLACE FUNCTION office._claim_run_plpgsql(worker_id text, agent_profile_id text)
+             RETURNS SETOF office.runs
+             LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+             SET search_path = pg_catalog, pg_temp
+             SET enable_seqscan = off
+             SET enable_bitmapscan = off
+             AS %L$create$,
+        (SELECT p.prosrc FROM pg_catalog.pg_proc p
+          WHERE p.oid = 'office.claim_run(text, text)'::pg_catalog.regprocedure));
+    COMMENT ON FUNCTION office._claim_run_plpgsql(text, text) IS
+        'Internal: the PL/pgSQL definition of office.claim_run, to which its C definition hands a worker_id it refuses (sql/95_native.sql).';
+    REVOKE EXECUTE ON FUNCTION office._claim_run_plpgsql(text, text) FROM PUBLIC;
+    GRANT EXECUTE ON FUNCTION office._claim_run_plpgsql(text, text) TO office_admin;
+    CREATE OR REPLACE FUNCTION office.claim_run(worker_id text DEFAULT NULL, agent_profile_id text DEFAULT NULL)
+        RETURNS SETOF office.runs
+        LANGUAGE c VOLATILE SECURITY DEFINER
+        AS '$libdir/office', 'office_claim_run';
+    CREATE OR REPLACE FUNCTION office.finish_run(run_id text, attempt int) RETURNS boolean
+        LANGUAGE c VOLATILE SECURITY DEFINER
+        AS '$libdir/office', 'office_finish_run';
 EXCEPTION WHEN undefined_file OR undefined_function OR insufficient_privilege THEN
     NULL;
 END

@@ -51,6 +51,8 @@ PG_FUNCTION_INFO_V1(office_check_short_text);
 PG_FUNCTION_INFO_V1(office_signal_runs);
 PG_FUNCTION_INFO_V1(office_enqueue_run);
 PG_FUNCTION_INFO_V1(office_count_dedup);
+PG_FUNCTION_INFO_V1(office_claim_run);
+PG_FUNCTION_INFO_V1(office_finish_run);
 
 /*
  * office._uuid_v7(): the layout of 05_validation.sql's definition. 48 bits
@@ -350,6 +352,26 @@ scan_by_text(OfficeScan *s, Oid office, const char *table, const char *index,
 	scan_start(s, snapshot, &key, 1);
 }
 
+/*
+ * Like scan_by_text, for a scan made many times in one snapshot: the first
+ * call (s zeroed) opens and starts it, a later one restarts it at value.
+ * scan_end ends it if it was opened.
+ */
+static void
+scan_at(OfficeScan *s, Oid office, const char *table, const char *index, Datum value,
+		Snapshot snapshot)
+{
+	ScanKeyData key;
+
+	if (s->heap == NULL)
+	{
+		scan_by_text(s, office, table, index, value, snapshot);
+		return;
+	}
+	text_key(s, &key, 1, value);
+	index_rescan(s->scan, &key, 1, NULL, 0);
+}
+
 /* The next visible row, in index order, into s->slot. */
 static bool
 scan_next(OfficeScan *s)
@@ -357,13 +379,20 @@ scan_next(OfficeScan *s)
 	return index_getnext_slot(s->scan, ForwardScanDirection, s->slot);
 }
 
+/*
+ * The relations stay locked until the transaction ends, as a statement's
+ * do: the next scan of them in the transaction (most calls make several)
+ * then finds its lock held instead of taking it again.
+ */
 static void
 scan_end(OfficeScan *s)
 {
+	if (s->heap == NULL)
+		return;
 	index_endscan(s->scan);
 	ExecDropSingleTupleTableSlot(s->slot);
-	index_close(s->index, AccessShareLock);
-	table_close(s->heap, AccessShareLock);
+	index_close(s->index, NoLock);
+	table_close(s->heap, NoLock);
 }
 
 /*
@@ -490,16 +519,18 @@ office_ready_agents(PG_FUNCTION_ARGS)
 	}
 	else if (on_insert)
 	{
-		/* (the WHEN clause: a queued run) its own requested_at is the head */
+		/* a run inserted queued (no WHEN clause): its requested_at is the head */
 		bool		isnull;
 
+		if (!column_is(new_row, rel, "status", "queued"))
+			return PointerGetDatum(NULL);
 		agents[count++] = column(new_row, rel, "agent_profile_id", &isnull);
 		head = column(new_row, rel, "requested_at", &isnull);
 		have_head = !isnull;
 	}
 	else
 	{
-		/* a run queued again, a claim that ended: the rest of the WHEN tests */
+		/* a run queued again, a claim that ended (no WHEN clause: any other update readies none) */
 		bool		isnull;
 		Datum		old_agent = column(old_row, rel, "agent_profile_id", &isnull);
 
@@ -591,6 +622,36 @@ agent_busy(Oid office, Datum agent, Snapshot snapshot)
 }
 
 /*
+ * The next due run of a scan of idx_run_agent_queued (an agent's queued runs,
+ * oldest first) into s->slot: its scheduled_retry_at NULL or passed (now()),
+ * its id none of the nskip of skip.
+ */
+static bool
+next_due_run(OfficeScan *s, const Datum *skip, int nskip)
+{
+	int			retry_attnum = attnum_in(s->heap, "scheduled_retry_at");
+	int			id_attnum = attnum_in(s->heap, "id");
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+
+	while (scan_next(s))
+	{
+		bool		isnull;
+		Datum		retry = slot_getattr(s->slot, retry_attnum, &isnull);
+		Datum		id;
+		bool		skipped = false;
+
+		if (!isnull && DatumGetTimestampTz(retry) > now)
+			continue;
+		id = slot_getattr(s->slot, id_attnum, &isnull);
+		for (int i = 0; i < nskip && !skipped; i++)
+			skipped = text_equal(id, skip[i]);
+		if (!skipped)
+			return true;
+	}
+	return false;
+}
+
+/*
  * How many of the agent's queued runs are due (no scheduled_retry_at, or one
  * that has passed), counting no further than limit; a run with id except is
  * not counted, and when except is given but NULL none is (id <> NULL).
@@ -601,26 +662,12 @@ agent_due_runs(Oid office, Datum agent, Snapshot snapshot, int limit,
 {
 	OfficeScan	s;
 	int			count = 0;
-	int			retry_attnum;
-	int			id_attnum;
-	TimestampTz now = GetCurrentTransactionStartTimestamp();
 
 	if (has_except && except_null)
 		return 0;
 	scan_by_text(&s, office, "runs", "idx_run_agent_queued", agent, snapshot);
-	retry_attnum = attnum_in(s.heap, "scheduled_retry_at");
-	id_attnum = attnum_in(s.heap, "id");
-	while (count < limit && scan_next(&s))
-	{
-		bool		isnull;
-		Datum		retry = slot_getattr(s.slot, retry_attnum, &isnull);
-
-		if (!isnull && DatumGetTimestampTz(retry) > now)
-			continue;
-		if (has_except && text_equal(slot_getattr(s.slot, id_attnum, &isnull), except))
-			continue;
+	while (count < limit && next_due_run(&s, has_except ? &except : NULL, has_except ? 1 : 0))
 		count++;
-	}
 	scan_end(&s);
 	return count;
 }
@@ -890,20 +937,29 @@ office_count_dedup(PG_FUNCTION_ARGS)
  * search_path is set, the caller's is in force and resolves nothing here.
  */
 
+/*
+ * The call, arguments unchanged (and, for a set-returning function, its
+ * result set), to office.<portable>: the PL/pgSQL definition 95_native.sql
+ * keeps under that name, whose arguments are this function's.
+ */
 static Datum
-hand_on(FunctionCallInfo fcinfo)
+hand_on(FunctionCallInfo fcinfo, const char *portable)
 {
-	Oid			types[8] = {TEXTOID, TEXTOID, JSONBOID, TEXTOID, TEXTOID, BOOLOID, TEXTOID, TEXTOID};
-	Oid			portable = LookupFuncName(list_make2(makeString("office"),
-													 makeString("_enqueue_run_plpgsql")),
-										  8, types, false);
+	Oid		   *types;
+	int			nargs;
+	Oid			function;
 	FmgrInfo	flinfo;
 	LOCAL_FCINFO(call, 8);
 	Datum		result;
 
-	fmgr_info(portable, &flinfo);
-	InitFunctionCallInfoData(*call, &flinfo, 8, fcinfo->fncollation, NULL, NULL);
-	for (int i = 0; i < 8; i++)
+	(void) get_func_signature(fcinfo->flinfo->fn_oid, &types, &nargs);
+	Assert(nargs <= 8 && nargs == fcinfo->nargs);
+	function = LookupFuncName(list_make2(makeString("office"), makeString(pstrdup(portable))),
+							  nargs, types, false);
+	fmgr_info(function, &flinfo);
+	InitFunctionCallInfoData(*call, &flinfo, nargs, fcinfo->fncollation, fcinfo->context,
+							 fcinfo->resultinfo);
+	for (int i = 0; i < nargs; i++)
 		call->args[i] = fcinfo->args[i];
 	result = FunctionCallInvoke(call);
 	fcinfo->isnull = call->isnull;
@@ -957,26 +1013,34 @@ try_lock(int64 id)
 	return DatumGetBool(DirectFunctionCall1(pg_try_advisory_xact_lock_int8, Int64GetDatum(id)));
 }
 
-/* The agent exists and its status accepts runs (not _statuses_refusing_runs). */
+/*
+ * Whether the row a scan of agent_profiles_pkey found (if any) is an agent
+ * whose status accepts runs (not _statuses_refusing_runs).
+ */
 static bool
-agent_accepts_runs(Oid office, text *agent)
+profile_accepts(OfficeScan *s)
 {
-	Snapshot	snapshot = statement_snapshot();
+	bool		isnull;
+	Datum		status;
+
+	if (!scan_next(s))
+		return false;
+	status = slot_getattr(s->slot, attnum_in(s->heap, "status"), &isnull);
+	return isnull ||
+		!(text_is(DatumGetTextPP(status), "paused") || text_is(DatumGetTextPP(status), "stopped") ||
+		  text_is(DatumGetTextPP(status), "pending_approval"));
+}
+
+/* The agent exists and accepts runs, in snapshot. */
+static bool
+agent_accepts_runs(Oid office, Datum agent, Snapshot snapshot)
+{
 	OfficeScan	s;
-	bool		accepts = false;
+	bool		accepts;
 
-	scan_by_text(&s, office, "agent_profiles", "agent_profiles_pkey", PointerGetDatum(agent), snapshot);
-	if (scan_next(&s))
-	{
-		bool		isnull;
-		Datum		status = slot_getattr(s.slot, attnum_in(s.heap, "status"), &isnull);
-
-		accepts = isnull ||
-			!(text_is(DatumGetTextPP(status), "paused") || text_is(DatumGetTextPP(status), "stopped") ||
-			  text_is(DatumGetTextPP(status), "pending_approval"));
-	}
+	scan_by_text(&s, office, "agent_profiles", "agent_profiles_pkey", agent, snapshot);
+	accepts = profile_accepts(&s);
 	scan_end(&s);
-	UnregisterSnapshot(snapshot);
 	return accepts;
 }
 
@@ -1110,6 +1174,24 @@ insert_run(Datum *values, const char *nulls, Datum *id)
 					6, types, values, nulls, SPI_OK_INSERT_RETURNING, id);
 }
 
+/*
+ * enable_seqscan off, and with bitmaps_too enable_bitmapscan off, until
+ * AtEOXact_GUC(true, the level returned): what a function's SET clauses of
+ * them do for the statements it plans and runs ("Plans" in 30_runs.sql).
+ */
+static int
+prefer_indexes(bool bitmaps_too)
+{
+	int			nest = NewGUCNestLevel();
+
+	(void) set_config_option("enable_seqscan", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	if (bitmaps_too)
+		(void) set_config_option("enable_bitmapscan", "off", PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
+	return nest;
+}
+
 /* the UPDATE for a bucket, its task tested by task_test */
 #define COALESCE_UPDATE(task_test) \
 	"UPDATE office.runs r SET coalesced_count = r.coalesced_count OPERATOR(pg_catalog.+) 1, payload = $5" \
@@ -1143,11 +1225,9 @@ coalesce_into_target(text *agent, text *reason, text *task, TimestampTz since, D
 	Datum		values[5] = {PointerGetDatum(agent), PointerGetDatum(reason), PointerGetDatum(task),
 	TimestampTzGetDatum(since), payload};
 	char		nulls[5] = {' ', ' ', task == NULL ? 'n' : ' ', ' ', ' '};
-	int			nest = NewGUCNestLevel();
+	int			nest = prefer_indexes(false);
 	bool		found;
 
-	(void) set_config_option("enable_seqscan", "off", PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
 	found = run_kept(&plans[which], texts[which], 5, types, values, nulls, SPI_OK_UPDATE_RETURNING, id);
 	AtEOXact_GUC(true, nest);
 	return found;
@@ -1201,20 +1281,26 @@ office_enqueue_run(PG_FUNCTION_ARGS)
 		reason == NULL || VARSIZE_ANY_EXHDR(reason) == 0 ||
 		!short_text_ok(reason) || !short_text_ok(task) || PG_ARGISNULL(2) ||
 		text_argument(fcinfo, 6, true) != NULL)
-		return hand_on(fcinfo);
+		return hand_on(fcinfo, "_enqueue_run_plpgsql");
 	{
 		Jsonb	   *object = DatumGetJsonbP(payload);
 
 		if (!JB_ROOT_IS_OBJECT(object) || strlen(JsonbToCString(NULL, &object->root, VARSIZE(object))) > 1048576)
-			return hand_on(fcinfo);
+			return hand_on(fcinfo, "_enqueue_run_plpgsql");
 		payload = JsonbPGetDatum(object);
 	}
 	if (key != NULL && VARSIZE_ANY_EXHDR(key) > 512 &&
 		pg_mbstrlen_with_len(VARDATA_ANY(key), VARSIZE_ANY_EXHDR(key)) > 512)
-		return hand_on(fcinfo);
+		return hand_on(fcinfo, "_enqueue_run_plpgsql");
 	office = get_namespace_oid("office", false);
-	if (!agent_accepts_runs(office, agent))
-		return hand_on(fcinfo);
+	{
+		Snapshot	snapshot = statement_snapshot();
+		bool		accepts = agent_accepts_runs(office, PointerGetDatum(agent), snapshot);
+
+		UnregisterSnapshot(snapshot);
+		if (!accepts)
+			return hand_on(fcinfo, "_enqueue_run_plpgsql");
+	}
 
 	/* step 2, a served key: looked up after its lock, as there */
 	if (key != NULL)
@@ -1224,7 +1310,7 @@ office_enqueue_run(PG_FUNCTION_ARGS)
 		bool		served;
 
 		if (!try_lock(lock_id("office.runs.key:", &key, 1)))
-			return hand_on(fcinfo);
+			return hand_on(fcinfo, "_enqueue_run_plpgsql");
 		snapshot = statement_snapshot();
 		served = key_served(office, snapshot, "runs", "idx_run_idempotency", key,
 							"id", "requested_at", &run_id, &at);
@@ -1237,7 +1323,7 @@ office_enqueue_run(PG_FUNCTION_ARGS)
 			UnregisterSnapshot(snapshot);
 		}
 		if (served && !setting_unset("office.idempotency_window"))
-			return hand_on(fcinfo);
+			return hand_on(fcinfo, "_enqueue_run_plpgsql");
 		if (served)
 		{
 			/* office.idempotency_window's default: interval '24 hours' */
@@ -1266,7 +1352,7 @@ office_enqueue_run(PG_FUNCTION_ARGS)
 
 		if (!try_lock(lock_id("office.runs.bucket:", bucket, 3)) ||
 			!setting_unset("office.coalesce_window"))
-			return hand_on(fcinfo);
+			return hand_on(fcinfo, "_enqueue_run_plpgsql");
 		if (bucket_has_target(office, agent, reason, task, since) &&
 			coalesce_into_target(agent, reason, task, since, payload, &run_id))
 		{
@@ -1289,7 +1375,388 @@ office_enqueue_run(PG_FUNCTION_ARGS)
 	values[4] = PointerGetDatum(task);
 	values[5] = BoolGetDatum(entry);
 	if (!insert_run(values, nulls, &run_id))
-		return hand_on(fcinfo);
+		return hand_on(fcinfo, "_enqueue_run_plpgsql");
 	signal_run(office, notify_mode(), PointerGetDatum(agent), false, run_id, false);
 	return enqueue_result(fcinfo, "queued", NULL, run_id);
+}
+
+/* --- office.claim_run(worker_id, agent_profile_id) ------------------------ */
+/*
+ * 30_runs.sql's loop, step for step: the scan (office.agent_ready's first
+ * rows, or the one agent), each candidate's claim lock and busy look, the
+ * UPDATE of the row by its id, and the removal of the claimed agent's
+ * readiness rows; its comments say why each step is there. The scan is one
+ * statement there, so its looks share one snapshot here; the busy look after
+ * the lock is a statement of its own, and so gets a snapshot of its own. The
+ * writes are kept plans of that function's statements, every name and
+ * operator qualified, planned and run with its enable_seqscan and
+ * enable_bitmapscan off. Only an invalid worker_id is handed on (to
+ * office._claim_run_plpgsql, which raises its error).
+ */
+
+#define READY_LOOKS 8			/* the LIMIT 8s of the scan */
+
+typedef struct Candidate
+{
+	Datum		agent;
+	Datum		id;				/* NULL (0): the agent has none (a stale row) */
+	TimestampTz requested_at;
+	TimestampTz head_at;
+} Candidate;
+
+/* A growing list of text datums: the agents and runs a claim skips. */
+typedef struct Skips
+{
+	Datum	   *items;
+	int			n;
+	int			size;
+} Skips;
+
+static void
+skip_add(Skips *skips, Datum item)
+{
+	if (skips->n == skips->size)
+	{
+		skips->size = Max(8, 2 * skips->size);
+		skips->items = skips->items == NULL ? palloc(skips->size * sizeof(Datum)) :
+			repalloc(skips->items, skips->size * sizeof(Datum));
+	}
+	skips->items[skips->n++] = item;
+}
+
+static bool
+skipped(const Skips *skips, Datum item)
+{
+	for (int i = 0; i < skips->n; i++)
+		if (text_equal(skips->items[i], item))
+			return true;
+	return false;
+}
+
+/* by bytes, as COLLATE "C" orders */
+static int
+compare_bytes(Datum a, Datum b)
+{
+	text	   *x = DatumGetTextPP(a);
+	text	   *y = DatumGetTextPP(b);
+	int			lx = VARSIZE_ANY_EXHDR(x);
+	int			ly = VARSIZE_ANY_EXHDR(y);
+	int			c = memcmp(VARDATA_ANY(x), VARDATA_ANY(y), Min(lx, ly));
+
+	return c != 0 ? c : (lx > ly) - (lx < ly);
+}
+
+/* ORDER BY min(head_at), agent COLLATE "C" */
+static int
+compare_ready(const void *a, const void *b)
+{
+	const Candidate *x = a;
+	const Candidate *y = b;
+
+	if (x->head_at != y->head_at)
+		return x->head_at < y->head_at ? -1 : 1;
+	return compare_bytes(x->agent, y->agent);
+}
+
+/* ORDER BY the candidate run's requested_at, id COLLATE "C" */
+static int
+compare_candidates(const void *a, const void *b)
+{
+	const Candidate *x = a;
+	const Candidate *y = b;
+
+	if (x->requested_at != y->requested_at)
+		return x->requested_at < y->requested_at ? -1 : 1;
+	return compare_bytes(x->id, y->id);
+}
+
+/*
+ * Up to READY_LOOKS rows of office.agent_ready, agents in skip left out,
+ * from index (in its order), added to the agents in ready (each agent once,
+ * with the least head_at of its rows): with due_rows, the delayed rows due
+ * by now(), else the rows to look at now.
+ */
+static void
+read_ready_rows(Oid office, Snapshot snapshot, const char *index, bool due_rows,
+				const Skips *skip, Candidate *ready, int *nready)
+{
+	OfficeScan	s;
+	ScanKeyData key;
+	int			agent_attnum;
+	int			head_attnum;
+	int			due_attnum;
+	int			rows = 0;
+
+	scan_open(&s, office, "agent_ready", index);
+	if (due_rows)
+		ScanKeyEntryInitialize(&key, 0, 1, BTLessEqualStrategyNumber, InvalidOid, InvalidOid,
+							   F_TIMESTAMPTZ_LE, TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()));
+	scan_start(&s, snapshot, &key, due_rows ? 1 : 0);
+	agent_attnum = attnum_in(s.heap, "agent_profile_id");
+	head_attnum = attnum_in(s.heap, "head_at");
+	due_attnum = attnum_in(s.heap, "due_at");
+	while (rows < READY_LOOKS && scan_next(&s))
+	{
+		bool		isnull;
+		Datum		agent = slot_getattr(s.slot, agent_attnum, &isnull);
+		TimestampTz head = DatumGetTimestampTz(slot_getattr(s.slot, head_attnum, &isnull));
+		int			i;
+
+		(void) slot_getattr(s.slot, due_attnum, &isnull);
+		if (isnull == due_rows || skipped(skip, agent))
+			continue;
+		rows++;
+		for (i = 0; i < *nready && !text_equal(ready[i].agent, agent); i++)
+			;
+		if (i == *nready)
+		{
+			ready[i].agent = PointerGetDatum(DatumGetTextPCopy(agent));
+			ready[i].head_at = head;
+			(*nready)++;
+		}
+		else if (head < ready[i].head_at)
+			ready[i].head_at = head;
+	}
+	scan_end(&s);
+}
+
+/* The scans of one scan statement, each made once per agent looked at. */
+typedef struct AgentLooks
+{
+	OfficeScan	claimed;		/* idx_run_one_claimed_per_agent */
+	OfficeScan	profile;		/* agent_profiles_pkey */
+	OfficeScan	queued;			/* idx_run_agent_queued */
+} AgentLooks;
+
+/*
+ * The agent's candidate, in the looks' snapshot: its oldest due run that is
+ * not skipped, unless it holds a claim or does not accept runs.
+ */
+static void
+find_candidate(Oid office, Snapshot snapshot, AgentLooks *looks, Candidate *candidate,
+			   const Skips *skip_runs)
+{
+	OfficeScan *q = &looks->queued;
+	bool		isnull;
+
+	candidate->id = (Datum) 0;
+	scan_at(&looks->claimed, office, "runs", "idx_run_one_claimed_per_agent", candidate->agent, snapshot);
+	if (scan_next(&looks->claimed))
+		return;
+	scan_at(&looks->profile, office, "agent_profiles", "agent_profiles_pkey", candidate->agent, snapshot);
+	if (!profile_accepts(&looks->profile))
+		return;
+	scan_at(q, office, "runs", "idx_run_agent_queued", candidate->agent, snapshot);
+	if (next_due_run(q, skip_runs->items, skip_runs->n))
+	{
+		candidate->id = PointerGetDatum(DatumGetTextPCopy(slot_getattr(q->slot, attnum_in(q->heap, "id"),
+																		&isnull)));
+		candidate->requested_at = DatumGetTimestampTz(slot_getattr(q->slot, attnum_in(q->heap, "requested_at"),
+																   &isnull));
+	}
+}
+
+/* The scan's statement: the candidates (ordered) into found, the stale agents into stale. */
+static int
+scan_candidates(Oid office, Datum agent, const Skips *skip_agents, const Skips *skip_runs,
+				Candidate *found, Skips *stale)
+{
+	Snapshot	snapshot = statement_snapshot();
+	Candidate	ready[2 * READY_LOOKS];
+	AgentLooks	looks;
+	int			nready = 0;
+	int			nfound = 0;
+
+	memset(&looks, 0, sizeof(looks));
+	if (agent != (Datum) 0)
+	{
+		ready[0].agent = agent;
+		nready = 1;
+	}
+	else
+	{
+		read_ready_rows(office, snapshot, "idx_agent_ready_head", false, skip_agents, ready, &nready);
+		read_ready_rows(office, snapshot, "idx_agent_ready_due", true, skip_agents, ready, &nready);
+		qsort(ready, nready, sizeof(Candidate), compare_ready);
+		nready = Min(nready, READY_LOOKS);
+	}
+	for (int i = 0; i < nready; i++)
+	{
+		find_candidate(office, snapshot, &looks, &ready[i], skip_runs);
+		if (ready[i].id != (Datum) 0)
+			found[nfound++] = ready[i];
+		else if (agent == (Datum) 0)
+			skip_add(stale, ready[i].agent);
+	}
+	scan_end(&looks.claimed);
+	scan_end(&looks.profile);
+	scan_end(&looks.queued);
+	UnregisterSnapshot(snapshot);
+	qsort(found, nfound, sizeof(Candidate), compare_candidates);
+	return nfound;
+}
+
+/* PERFORM office._unready_agents(agents) */
+static void
+unready_agents(const Skips *agents)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			types[1] = {TEXTARRAYOID};
+	Datum		values[1] = {PointerGetDatum(construct_array(agents->items, agents->n, TEXTOID, -1, false,
+														 TYPALIGN_INT))};
+
+	(void) run_kept(&plan, "SELECT office._unready_agents($1)", 1, types, values, NULL, SPI_OK_SELECT, NULL);
+}
+
+/* The UPDATE of the candidate by its id: the claimed row (office.runs), or false. */
+static bool
+claim_candidate(Datum id, text *worker, Datum *row)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		values[2] = {id, PointerGetDatum(worker)};
+	char		nulls[2] = {' ', worker == NULL ? 'n' : ' '};
+	int			nest = prefer_indexes(true);
+	bool		claimed;
+
+	claimed = run_kept(&plan,
+					   "UPDATE office.runs r SET status = 'claimed', claimed_at = pg_catalog.now(), claimed_by = $2,"
+					   " heartbeat_at = pg_catalog.now(), attempt = r.attempt OPERATOR(pg_catalog.+) 1"
+					   " WHERE r.id OPERATOR(pg_catalog.=) (SELECT l.id FROM office.runs l"
+					   " WHERE l.id OPERATOR(pg_catalog.=) $1"
+					   " AND l.status COLLATE pg_catalog.\"C\" OPERATOR(pg_catalog.=) 'queued'"
+					   " AND (l.scheduled_retry_at IS NULL"
+					   " OR l.scheduled_retry_at OPERATOR(pg_catalog.<=) pg_catalog.now())"
+					   " FOR UPDATE SKIP LOCKED)"
+					   " RETURNING r",
+					   2, types, values, nulls, SPI_OK_UPDATE_RETURNING, row);
+	AtEOXact_GUC(true, nest);
+	return claimed;
+}
+
+/* DELETE FROM office.agent_ready WHERE agent_profile_id = agent */
+static void
+delete_ready_rows(Datum agent)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1] = {agent};
+	int			nest = prefer_indexes(true);
+
+	(void) run_kept(&plan,
+					"DELETE FROM office.agent_ready r WHERE r.agent_profile_id OPERATOR(pg_catalog.=) $1",
+					1, types, values, NULL, SPI_OK_DELETE, NULL);
+	AtEOXact_GUC(true, nest);
+}
+
+/* The claimed row, a datum of office.runs, as the call's one result row. */
+static void
+return_row(FunctionCallInfo fcinfo, Datum row)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	HeapTupleHeader header = DatumGetHeapTupleHeader(row);
+	HeapTupleData tuple;
+
+	tuple.t_len = HeapTupleHeaderGetDatumLength(header);
+	ItemPointerSetInvalid(&tuple.t_self);
+	tuple.t_tableOid = InvalidOid;
+	tuple.t_data = header;
+	tuplestore_puttuple(rsinfo->setResult, &tuple);
+}
+
+Datum
+office_claim_run(PG_FUNCTION_ARGS)
+{
+	text	   *worker = text_argument(fcinfo, 0, false);
+	text	   *agent = text_argument(fcinfo, 1, true);
+	Oid			office;
+	Skips		skip_agents = {NULL, 0, 0};
+	Skips		skip_runs = {NULL, 0, 0};
+
+	if (!short_text_ok(worker))
+		return hand_on(fcinfo, "_claim_run_plpgsql");
+	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
+	office = get_namespace_oid("office", false);
+	for (;;)
+	{
+		Candidate	found[READY_LOOKS];
+		Skips		stale = {NULL, 0, 0};
+		int			nfound = scan_candidates(office, PointerGetDatum(agent), &skip_agents, &skip_runs,
+											 found, &stale);
+		bool		rescan = false;
+
+		if (stale.n > 0)
+		{
+			unready_agents(&stale);
+			for (int i = 0; i < stale.n; i++)
+				skip_add(&skip_agents, stale.items[i]);
+			if (nfound == 0)
+				continue;
+		}
+		if (nfound == 0)
+			break;
+		for (int i = 0; i < nfound && !rescan; i++)
+		{
+			text	   *candidate_agent = DatumGetTextPP(found[i].agent);
+			Snapshot	snapshot;
+			bool		busy;
+			Datum		row;
+
+			if (!try_lock(lock_id("office.runs.claim:", &candidate_agent, 1)))
+				busy = true;
+			else
+			{
+				snapshot = statement_snapshot();
+				busy = agent_busy(office, found[i].agent, snapshot);
+				UnregisterSnapshot(snapshot);
+			}
+			if (busy)
+			{
+				if (agent != NULL)
+					PG_RETURN_NULL();
+				skip_add(&skip_agents, found[i].agent);
+				continue;
+			}
+			if (claim_candidate(found[i].id, worker, &row))
+			{
+				if (XactIsoLevel == XACT_READ_COMMITTED &&
+					try_lock(lock_id("office.runs.ready:", &candidate_agent, 1)))
+					delete_ready_rows(found[i].agent);
+				return_row(fcinfo, row);
+				PG_RETURN_NULL();
+			}
+			/* locked by someone else or no longer queued: a new scan */
+			skip_add(&skip_runs, found[i].id);
+			rescan = true;
+		}
+	}
+	PG_RETURN_NULL();
+}
+
+/* --- office.finish_run(run_id, attempt) ----------------------------------- */
+/*
+ * 30_runs.sql's one statement, every operator qualified, planned and run
+ * with its enable_seqscan off: claimed -> finished, only if still claimed
+ * with this attempt. Nothing to hand on: a NULL argument matches no row, as
+ * there.
+ */
+Datum
+office_finish_run(PG_FUNCTION_ARGS)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			types[2] = {TEXTOID, INT4OID};
+	Datum		values[2] = {PG_ARGISNULL(0) ? (Datum) 0 : PG_GETARG_DATUM(0),
+	PG_ARGISNULL(1) ? (Datum) 0 : PG_GETARG_DATUM(1)};
+	char		nulls[2] = {PG_ARGISNULL(0) ? 'n' : ' ', PG_ARGISNULL(1) ? 'n' : ' '};
+	int			nest = prefer_indexes(false);
+	bool		finished;
+
+	finished = run_kept(&plan,
+						"UPDATE office.runs r SET status = 'finished', finished_at = pg_catalog.now()"
+						" WHERE r.id OPERATOR(pg_catalog.=) $1"
+						" AND r.status COLLATE pg_catalog.\"C\" OPERATOR(pg_catalog.=) 'claimed'"
+						" AND r.attempt OPERATOR(pg_catalog.=) $2",
+						2, types, values, nulls, SPI_OK_UPDATE, NULL);
+	AtEOXact_GUC(true, nest);
+	PG_RETURN_BOOL(finished);
 }

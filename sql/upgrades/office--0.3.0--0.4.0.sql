@@ -1247,8 +1247,10 @@ CREATE OR REPLACE FUNCTION office.claim_run(worker_id text DEFAULT NULL, agent_p
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_agent       text := nullif(claim_run.agent_profile_id, '');
-    v_worker      text := office._check_short_text('worker_id', claim_run.worker_id);
+    -- $1 and $2, not claim_run.worker_id: 95_native.sql compiles this body
+    -- under another name too (office._claim_run_plpgsql).
+    v_agent       text := nullif($2, '');
+    v_worker      text := office._check_short_text('worker_id', $1);
     v_skip_agents text[] := '{}';
     v_skip_runs   text[] := '{}';
     v_cand_ids    text[];
@@ -1660,15 +1662,18 @@ BEGIN
         -- (the WHEN clause: it accepts runs, and did not or had another id)
         v_agents := ARRAY[NEW.id];
     ELSIF TG_OP = 'INSERT' THEN
-        -- (the WHEN clause: a queued run) Its own requested_at is the head:
-        -- no lookup on the enqueue path.
+        -- A run inserted queued (runs_30_ready_insert has no WHEN clause).
+        -- Its own requested_at is the head: no lookup on the enqueue path.
+        IF NEW.status <> 'queued' THEN
+            RETURN NULL;
+        END IF;
         v_agents := ARRAY[NEW.agent_profile_id];
         v_head := NEW.requested_at;
     ELSE
         -- A run that became queued again, a claim that ended: the agent's
-        -- oldest queued run is the head, looked up below. (The UPDATE
-        -- trigger's WHEN clause holds only the first test of each case; the
-        -- rest is here: see runs_30_ready_update.)
+        -- oldest queued run is the head, looked up below. (Any other
+        -- update, a claim among them, readies no agent: runs_30_ready_update
+        -- has no WHEN clause.)
         v_agents := '{}';
         IF TG_OP = 'UPDATE' AND NEW.status = 'queued'
            AND (OLD.status <> 'queued' OR OLD.agent_profile_id <> NEW.agent_profile_id
@@ -1717,25 +1722,26 @@ COMMENT ON FUNCTION office._ready_agents() IS
 REVOKE EXECUTE ON FUNCTION office._ready_agents() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office._ready_agents() TO office_admin;
 
+-- No WHEN clause: PostgreSQL reads one again from its stored text at every
+-- statement that may fire the trigger, a twentieth of a fresh enqueue_run
+-- (docs/benchmarks.md); the function tests the status itself.
 CREATE TRIGGER runs_30_ready_insert
     AFTER INSERT ON office.runs
     FOR EACH ROW
-    WHEN (NEW.status = 'queued')
     EXECUTE FUNCTION office._ready_agents();
 
--- It fires for a run that is queued after the update (queued again, moved
+-- It readies for a run that is queued after the update (queued again, moved
 -- to another agent, re-dated earlier, its retry time changed) and for a
 -- claim that ended or moved; the function tells these apart from an update
--- that changed none of it. A claim (queued -> claimed), a coalesce or a
--- heartbeat does not fire it. The WHEN clause is short on purpose: it is
--- read again from its stored text at every statement that updates
--- office.runs, and with the whole conditions there, this clause and
--- runs_70_parent_wake_mark_update's were 15 % of the instructions of a
--- claim + finish cycle (callgrind, docs/benchmarks.md).
+-- that changed none of it, such as a claim (queued -> claimed). A coalesce
+-- or a heartbeat sets none of the columns, so does not fire it. No WHEN
+-- clause: one is read again from its stored text at every statement that
+-- may fire the trigger, and even the short one this had (NEW.status =
+-- 'queued' OR OLD.status = 'claimed') cost a claim and a finish more than
+-- the function's own tests (docs/benchmarks.md, "eighth pass").
 CREATE TRIGGER runs_30_ready_update
     AFTER UPDATE OF status, agent_profile_id, requested_at, scheduled_retry_at ON office.runs
     FOR EACH ROW
-    WHEN (NEW.status = 'queued' OR OLD.status = 'claimed')
     EXECUTE FUNCTION office._ready_agents();
 
 CREATE TRIGGER runs_30_ready_delete
@@ -3570,10 +3576,11 @@ CREATE TRIGGER agent_profiles_70_parent_wake_mark_update
           AND (OLD.status = ANY (office._statuses_refusing_runs()) OR OLD.id IS DISTINCT FROM NEW.id))
     EXECUTE FUNCTION office._agents_parent_wake_mark();
 
--- The reason only: the function tests the rest (60_parent_wake.sql).
+-- The reason only: the function tests the rest; only the columns it
+-- compares (60_parent_wake.sql).
 DROP TRIGGER runs_70_parent_wake_mark_update ON office.runs;
 CREATE TRIGGER runs_70_parent_wake_mark_update
-    AFTER UPDATE ON office.runs
+    AFTER UPDATE OF status, requested_at, task_id, reason ON office.runs
     FOR EACH ROW
     WHEN (OLD.reason = 'task_children_completed')
     EXECUTE FUNCTION office._runs_parent_wake_mark();
@@ -4470,6 +4477,29 @@ BEGIN
         RETURNS office.enqueue_result
         LANGUAGE c VOLATILE SECURITY DEFINER
         AS '$libdir/office', 'office_enqueue_run';
+    -- claim_run's C definition follows the same steps (sql/office.c) and
+    -- hands on only a worker_id its PL/pgSQL definition refuses.
+    EXECUTE pg_catalog.format(
+        $create$CREATE OR REPLACE FUNCTION office._claim_run_plpgsql(worker_id text, agent_profile_id text)
+             RETURNS SETOF office.runs
+             LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+             SET search_path = pg_catalog, pg_temp
+             SET enable_seqscan = off
+             SET enable_bitmapscan = off
+             AS %L$create$,
+        (SELECT p.prosrc FROM pg_catalog.pg_proc p
+          WHERE p.oid = 'office.claim_run(text, text)'::pg_catalog.regprocedure));
+    COMMENT ON FUNCTION office._claim_run_plpgsql(text, text) IS
+        'Internal: the PL/pgSQL definition of office.claim_run, to which its C definition hands a worker_id it refuses (sql/95_native.sql).';
+    REVOKE EXECUTE ON FUNCTION office._claim_run_plpgsql(text, text) FROM PUBLIC;
+    GRANT EXECUTE ON FUNCTION office._claim_run_plpgsql(text, text) TO office_admin;
+    CREATE OR REPLACE FUNCTION office.claim_run(worker_id text DEFAULT NULL, agent_profile_id text DEFAULT NULL)
+        RETURNS SETOF office.runs
+        LANGUAGE c VOLATILE SECURITY DEFINER
+        AS '$libdir/office', 'office_claim_run';
+    CREATE OR REPLACE FUNCTION office.finish_run(run_id text, attempt int) RETURNS boolean
+        LANGUAGE c VOLATILE SECURITY DEFINER
+        AS '$libdir/office', 'office_finish_run';
 EXCEPTION WHEN undefined_file OR undefined_function OR insufficient_privilege THEN
     NULL;
 END

@@ -6,6 +6,7 @@ office.runs or makes an id, checks both definitions."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,26 @@ NATIVE = [
     "_run_row_valid",
     "_signal_runs",
     "_uuid_v7",
+    "claim_run",
     "enqueue_run",
+    "finish_run",
+]
+
+# The PL/pgSQL definitions 95_native.sql keeps where a C one hands calls on:
+# (copy, signature, the function it copies, its SET clauses)
+COPIES = [
+    (
+        "_claim_run_plpgsql",
+        "text, text",
+        "claim_run",
+        ["search_path=pg_catalog, pg_temp", "enable_seqscan=off", "enable_bitmapscan=off"],
+    ),
+    (
+        "_enqueue_run_plpgsql",
+        "text, text, jsonb, text, text, boolean, text, text",
+        "enqueue_run",
+        ["search_path=pg_catalog, pg_temp", "enable_seqscan=off"],
+    ),
 ]
 
 # (status, reason, payload, idempotency_key) -> the CHECK's three-valued result
@@ -114,18 +134,19 @@ def test_the_native_definitions_are_bound_exactly_where_the_library_is_installed
         [NATIVE],
     ).fetchall()
     assert others == []
-    # enqueue_run's PL/pgSQL definition, kept where the C one hands calls to it
-    copy = db.execute(
-        "SELECT p.prosrc, p.prosecdef, p.proconfig FROM pg_proc p"
-        " WHERE p.oid = to_regprocedure('office._enqueue_run_plpgsql(text, text, jsonb, text, text,"
-        " boolean, text, text)')"
-    ).fetchone()
-    if installed:
-        assert copy is not None
-        assert copy[0] == reference.portable("enqueue_run")[1]
-        assert copy[1:] == (True, ["search_path=pg_catalog, pg_temp", "enable_seqscan=off"])
-    else:
-        assert copy is None
+    # The PL/pgSQL definitions, kept where the C ones hand calls to them
+    for name, signature, original, settings in COPIES:
+        copy = db.execute(
+            "SELECT p.prosrc, p.prosecdef, p.proconfig FROM pg_proc p"
+            " WHERE p.oid = to_regprocedure(%s)",
+            [f"office.{name}({signature})"],
+        ).fetchone()
+        if installed:
+            assert copy is not None, name
+            assert copy[0] == reference.portable(original)[1]
+            assert copy[1:] == (True, settings)
+        else:
+            assert copy is None, name
 
 
 # enqueue_run: where the library is installed, its C definition decides the
@@ -295,7 +316,8 @@ def test_a_migrate_without_superuser_keeps_the_plpgsql_definitions() -> None:
                 [NATIVE],
             ).fetchall()
             assert languages == [(name, "plpgsql") for name in NATIVE]
-            assert harness.scalar(conn, "SELECT to_regproc('office._enqueue_run_plpgsql')") is None
+            for name, _, _, _ in COPIES:
+                assert harness.scalar(conn, f"SELECT to_regproc('office.{name}')") is None
             conn.execute("SELECT office.upsert_agent('a1', 'w')")
             outcomes = [
                 harness.scalar(
@@ -307,3 +329,129 @@ def test_a_migrate_without_superuser_keeps_the_plpgsql_definitions() -> None:
     finally:
         with psycopg.connect(harness.conninfo("postgres"), autocommit=True) as admin:
             drop(admin)
+
+
+# claim_run: the C definition follows the PL/pgSQL one step for step and
+# hands it only a worker_id it refuses. The same claims through either, from
+# the same state, with another session holding an agent's claim lock or a
+# candidate row, must hand out the same runs, raise the same errors and leave
+# the same readiness rows.
+def _claim_calls(db: Conn, other: Conn, function: str, path: str | None = None) -> list[Any]:
+    db.execute("TRUNCATE office.runs, office.run_keys_recorded, office.agent_ready CASCADE")
+    agents = [f"c{n}" for n in range(1, 13)]
+    db.execute("SELECT office.set_agent_status(a, 'idle') FROM unnest(%s::text[]) a", [agents])
+    db.execute("SELECT office.set_agent_status('paused', 'paused')")
+    # Two runs for each agent, requested in a known order; c11's wait on a
+    # retry due in an hour, c12's on one that was due a minute ago.
+    db.execute(
+        "INSERT INTO office.runs (agent_profile_id, reason, requested_at, scheduled_retry_at)"
+        " SELECT a, a || '-r' || k, now() - interval '1 hour' + (n * 2 + k) * interval '1 s',"
+        "        CASE a WHEN 'c11' THEN now() + interval '1 hour'"
+        "               WHEN 'c12' THEN now() - interval '1 minute' END"
+        "   FROM unnest(%s::text[]) WITH ORDINALITY AS u(a, n), generate_series(1, 2) k",
+        [agents],
+    )
+    db.execute("INSERT INTO office.runs (agent_profile_id, reason) VALUES ('paused', 'paused-r1')")
+    # Stale rows: an agent with no run, one that does not exist.
+    db.execute(
+        "INSERT INTO office.agent_ready (agent_profile_id, head_at)"
+        " VALUES ('c0', now() - interval '2 hours'), ('nobody', now() - interval '3 hours')"
+    )
+    seen: list[Any] = []
+
+    def claim(*arguments: Any) -> None:
+        if path is not None:
+            db.execute(sql.SQL("SET search_path = {}").format(sql.SQL(path)))
+        try:
+            rows = db.execute(
+                f"SELECT agent_profile_id, reason, status, attempt, claimed_by"
+                f" FROM office.{function}(%s, %s)",
+                list(arguments),
+            ).fetchall()
+            outcome: Any = rows
+        except psycopg.Error as error:
+            outcome = (error.sqlstate, error.diag.message_primary)
+        if path is not None:
+            db.execute("RESET search_path")
+        ready = db.execute(
+            "SELECT agent_profile_id, due_at IS NULL, count(*) FROM office.agent_ready"
+            " GROUP BY 1, 2 ORDER BY 1, 2"
+        ).fetchall()
+        seen.append((arguments, outcome, ready))
+
+    def finish(agent: str) -> None:
+        db.execute(
+            "SELECT office.finish_run(id, attempt) FROM office.runs"
+            " WHERE agent_profile_id = %s AND status = 'claimed'",
+            [agent],
+        )
+
+    claim("w1", None)  # the oldest: c1's, past the stale rows
+    claim("w2", "c1")  # c1 holds a claim
+    claim("w3", "")  # '' is no agent
+    claim(None, None)
+    claim("bad\x01", None)
+    claim("x" * 201, None)
+    claim("w", "paused")
+    claim("w", "nobody")
+    claim("w", "c11")  # nothing due
+    claim("w", "c12")  # due again
+    # another session holds c2's claim lock, then c3's oldest row
+    with other.transaction():
+        other.execute("SELECT pg_advisory_xact_lock(hashtextextended('office.runs.claim:c2', 0))")
+        claim("w4", None)
+        claim("w5", "c2")
+    with other.transaction():
+        other.execute("SELECT 1 FROM office.runs WHERE reason = 'c4-r1' FOR UPDATE")
+        claim("w6", None)
+        claim("w7", "c4")
+    for agent in ("c1", "c2", "c3"):
+        finish(agent)
+    for n in range(14):
+        claim(f"loop-{n}", None)
+    db.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+    finish("c5")
+    claim("rr", None)
+    db.execute("COMMIT")
+    claim("last", None)
+    seen.append(
+        db.execute(
+            "SELECT agent_profile_id, reason, status, attempt, claimed_by, claimed_at IS NULL,"
+            " heartbeat_at IS NULL FROM office.runs ORDER BY reason"
+        ).fetchall()
+    )
+    return seen
+
+
+@pytest.fixture
+def other(dsn: str) -> Iterator[Conn]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        yield conn
+
+
+def test_claim_run_claims_as_its_plpgsql_definition(db: Conn, other: Conn) -> None:
+    if db.execute("SELECT to_regproc('office._claim_run_plpgsql')").fetchone() == (None,):
+        pytest.skip("the PL/pgSQL definition is office.claim_run itself here (no library)")
+    agents = ["paused", *(f"c{n}" for n in range(13))]
+    db.execute("SELECT office.upsert_agent(a, 'w') FROM unnest(%s::text[]) a", [agents])
+    native = _claim_calls(db, other, "claim_run")
+    portable = _claim_calls(db, other, "_claim_run_plpgsql")
+    assert native == portable
+    # Not vacuous: runs handed out, calls that get none, both errors, and
+    # readiness rows removed and delayed.
+    outcomes = [o for _, o, _ in native[:-1]]
+    assert sum(1 for o in outcomes if isinstance(o, list) and o) >= 12
+    assert sum(1 for o in outcomes if o == []) >= 5
+    assert sum(1 for o in outcomes if isinstance(o, tuple) and o[0] == "22023") == 2
+    assert any(("c11", False, 1) in ready for _, _, ready in native[:-1])
+    assert all(agent not in ("c0", "nobody") for agent, _, _ in native[0][2])
+
+
+def test_claim_run_claims_the_same_under_a_hostile_search_path(db: Conn, other: Conn) -> None:
+    db.execute(HOSTILE_OBJECTS)
+    agents = ["paused", *(f"c{n}" for n in range(13))]
+    db.execute("SELECT office.upsert_agent(a, 'w') FROM unnest(%s::text[]) a", [agents])
+    # (only the claims run under it: the scenario's own SQL uses || and -)
+    normal = _claim_calls(db, other, "claim_run")
+    shadowed = _claim_calls(db, other, "claim_run", HOSTILE_PATH)
+    assert shadowed == normal

@@ -113,14 +113,32 @@ def buffers(plan: dict[str, Any]) -> int:
 
 def claim_plans(
     db: Conn, plans: list[dict[str, Any]], *args: str
-) -> tuple[Any, list[dict[str, Any]]]:
-    plans.clear()
+) -> tuple[Any, list[dict[str, Any]], int]:
+    """The claimed row's agent, the plans of claim_run's nested statements,
+    and the rows the call fetched through indexes (pg_stat_xact_user_tables).
+    Where claim_run is C (sql/95_native.sql) its looks are index scans of its
+    own, which no plan shows but the fetch count does; its writes are still
+    statements with plans."""
     placeholders = ", ".join(["%s"] * len(args))
-    row = db.execute(
-        f"SELECT agent_profile_id FROM office.claim_run({placeholders})", list(args)
-    ).fetchone()
-    # The nested statements of claim_run; the last plan is the call itself.
-    return row, plans[:-1]
+    totals = (
+        "SELECT coalesce(sum(seq_scan), 0), coalesce(sum(idx_tup_fetch), 0)"
+        " FROM pg_stat_xact_user_tables WHERE schemaname = 'office'"
+    )
+    # In one transaction (pg_stat_xact_*: its counts), and in the simple query
+    # protocol: in the extended one, a statement's portal, and with it its
+    # plan's notice, lives on until the next statement of the transaction.
+    with db.transaction(), psycopg.ClientCursor(db) as cursor:
+        before = cursor.execute(totals).fetchone()
+        plans.clear()
+        row = cursor.execute(
+            f"SELECT agent_profile_id FROM office.claim_run({placeholders})", list(args)
+        ).fetchone()
+        # The nested statements of claim_run; the last plan is the call itself.
+        inner = plans[:-1]
+        after = cursor.execute(totals).fetchone()
+    assert before is not None and after is not None
+    assert after[0] == before[0]  # no sequential scan
+    return row, inner, after[1] - before[1]
 
 
 def test_claim_reads_a_bounded_number_of_rows_with_200k_queued_runs_of_busy_agents(
@@ -131,30 +149,34 @@ def test_claim_reads_a_bounded_number_of_rows_with_200k_queued_runs_of_busy_agen
     # while it was busy). The first claim looks at each listed agent once,
     # removes the busy ones and claims the only claimable run, the newest of
     # 200k: a few rows per agent, not per queued run (0.3.0 walked all 200k).
-    got, inner = claim_plans(db, plans, "w")
+    got, inner, fetched = claim_plans(db, plans, "w")
     assert got == ("idle",)
     read = [rows_read(p) for p in inner]
     used = [buffers(p) for p in inner]
     assert max(read) <= 12 * (BUSY + 1), read
     assert sum(used) <= 40 * (BUSY + 1), used
+    assert fetched <= 10 * (BUSY + 1), fetched  # about 8 an agent: a walk of the backlog reads 200k
     assert db.execute("SELECT count(*) FROM office.agent_ready").fetchone() == (0,)
     # From then on the busy agents cost nothing: a claim reads a number of
     # rows and pages that does not depend on them (nor on their backlog).
     db.execute("SELECT office.upsert_agent('idle-2', 'w')")
     db.execute("SELECT office.enqueue_run('idle-2', 'r')")
-    got, inner = claim_plans(db, plans, "w")
+    got, inner, fetched = claim_plans(db, plans, "w")
     assert got == ("idle-2",)
     assert sum(rows_read(p) for p in inner) <= 30, [rows_read(p) for p in inner]
     assert sum(buffers(p) for p in inner) <= 80, [buffers(p) for p in inner]
-    got, inner = claim_plans(db, plans, "w")
+    assert fetched <= 10, fetched
+    got, inner, fetched = claim_plans(db, plans, "w")
     assert got is None
     assert sum(rows_read(p) for p in inner) == 0, [rows_read(p) for p in inner]
     assert sum(buffers(p) for p in inner) <= 4, [buffers(p) for p in inner]
+    assert fetched == 0
     # A busy agent by name: nothing, and its backlog is not read.
-    got, inner = claim_plans(db, plans, "w", "busy-1")
+    got, inner, fetched = claim_plans(db, plans, "w", "busy-1")
     assert got is None
-    assert max(rows_read(p) for p in inner) <= 2
+    assert max((rows_read(p) for p in inner), default=0) <= 2
     assert sum(buffers(p) for p in inner) <= 20
+    assert fetched <= 2, fetched
 
 
 def test_claim_of_one_agent_reads_its_oldest_run_not_its_backlog(
@@ -165,12 +187,13 @@ def test_claim_of_one_agent_reads_its_oldest_run_not_its_backlog(
         "UPDATE office.runs SET status = 'finished' WHERE agent_profile_id = 'busy-1'"
         " AND status = 'claimed'"
     )
-    got, inner = claim_plans(db, plans, "w", "busy-1")
+    got, inner, fetched = claim_plans(db, plans, "w", "busy-1")
     assert got == ("busy-1",)
     sorts = [n for p in inner for n in nodes(p) if n["Node Type"] == "Sort"]
     assert sorts == []  # read in index order, never a sort of its ~1,000 runs
     # (the most: the removal of its office.agent_ready row, one probe each)
     assert max(rows_read(p) for p in inner) <= 10
+    assert fetched <= 10, fetched
 
 
 def test_claim_skips_agents_that_do_not_accept_runs(db: Conn) -> None:

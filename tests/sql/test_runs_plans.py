@@ -9,8 +9,10 @@ import json
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from tests import harness
+from tools import reference
 
 HOT_PATH = (
     "office.enqueue_run(text, text, jsonb, text, text, boolean, text, text)",
@@ -60,9 +62,35 @@ def test_hot_path_functions_never_scan_the_queue_after_an_empty_analyze(
 
 def test_without_the_setting_the_queue_is_scanned(db: psycopg.Connection[Any]) -> None:
     # The hazard the setting guards against is real: take it away and the
-    # same work reads the whole queue.
+    # same work reads the whole queue. Where a function is C (it plans its
+    # statements with the setting itself), its PL/pgSQL definition goes back
+    # under its name first, the other settings kept.
     for function in HOT_PATH:
-        db.execute(f"ALTER FUNCTION {function} RESET enable_seqscan")
+        row = db.execute(
+            "SELECT l.lanname, pg_get_function_arguments(p.oid), pg_get_function_result(p.oid)"
+            " FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang"
+            " WHERE p.oid = %s::regprocedure",
+            [function],
+        ).fetchone()
+        assert row is not None
+        language, arguments, result = row
+        if language == "c":
+            _, body = reference.portable(function.split("(")[0].removeprefix("office."))
+            bitmaps = " SET enable_bitmapscan = off" if "claim_run" in function else ""
+            db.execute(
+                sql.SQL(
+                    "CREATE OR REPLACE FUNCTION {}({}) RETURNS {} LANGUAGE plpgsql"
+                    " SECURITY DEFINER SET search_path = pg_catalog, pg_temp{} AS {}"
+                ).format(
+                    sql.SQL(function.split("(")[0]),
+                    sql.SQL(arguments),
+                    sql.SQL(result),
+                    sql.SQL(bitmaps),
+                    sql.Literal(body),
+                )
+            )
+        else:
+            db.execute(f"ALTER FUNCTION {function} RESET enable_seqscan")
     _analyze_empty(db)
     assert _exercise(db).get("runs", 0) > 0
 
@@ -184,7 +212,11 @@ def test_hot_path_lookups_read_a_few_entries_whatever_the_queue_holds(
     assert claimed is not None
     db.execute("SELECT office.fail_run(%s, %s, 'e')", claimed)
     reads = _entries_read(plans)
-    assert len(reads) > 10, reads
+    # Not vacuous: the statements of several functions were seen. (Fewer
+    # where enqueue_run and claim_run are C: their looks are index scans of
+    # their own, which no plan shows; test_runs_claim.py counts the rows a
+    # claim fetches, and test_native.py compares both definitions.)
+    assert len(reads) > 5, reads
     assert {k: n for k, n in reads.items() if n > 8} == {}
 
 
