@@ -8,7 +8,7 @@ BIN         := $(VENV)/bin
 PG_CONFIG   ?= /usr/lib/postgresql/15/bin/pg_config
 # Debian packages the tests need: the PostgreSQL 15 server, and the client
 # package, which also ships PGXS and pg_isolation_regress; the server's headers,
-# for the native helpers (sql/office.c; installing them upgrades the server to
+# for the native helpers (sql/native/; installing them upgrades the server to
 # their version, so `make test` runs deps before it starts any cluster); pg_cron
 # for the tested pg_cron example of docs/operations.md; PL/Proxy for the
 # scale-out tests; chromium and its driver for the dashboard's browser test.

@@ -340,7 +340,7 @@ REVOKE EXECUTE ON FUNCTION office._ready_agents() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office._ready_agents() TO office_admin;
 
 -- No WHEN clause: PostgreSQL reads one again from its stored text at every
--- statement that may fire the trigger, a twentieth of a fresh enqueue_run
+-- statement that may fire the trigger, about 3 % of a fresh enqueue_run
 -- (docs/benchmarks.md); the function tests the status itself.
 CREATE TRIGGER runs_30_ready_insert
     AFTER INSERT ON office.runs

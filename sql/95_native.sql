@@ -1,4 +1,4 @@
--- office: the native definitions of hot-path helpers (sql/office.c).
+-- office: the native definitions of hot-path functions (sql/native/).
 --
 -- Where the library is installed (the PGXS install with the server's
 -- headers), these replace the PL/pgSQL definitions of the same functions
@@ -61,7 +61,7 @@ BEGIN
         RETURNS office.enqueue_result
         LANGUAGE c VOLATILE SECURITY DEFINER
         AS '$libdir/office', 'office_enqueue_run';
-    -- claim_run's C definition follows the same steps (sql/office.c) and
+    -- claim_run's C definition follows the same steps (sql/native/claim.c) and
     -- hands on only a worker_id its PL/pgSQL definition refuses.
     EXECUTE pg_catalog.format(
         $create$CREATE OR REPLACE FUNCTION office._claim_run_plpgsql(worker_id text, agent_profile_id text)

@@ -1723,7 +1723,7 @@ REVOKE EXECUTE ON FUNCTION office._ready_agents() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office._ready_agents() TO office_admin;
 
 -- No WHEN clause: PostgreSQL reads one again from its stored text at every
--- statement that may fire the trigger, a twentieth of a fresh enqueue_run
+-- statement that may fire the trigger, about 3 % of a fresh enqueue_run
 -- (docs/benchmarks.md); the function tests the status itself.
 CREATE TRIGGER runs_30_ready_insert
     AFTER INSERT ON office.runs
@@ -4477,7 +4477,7 @@ BEGIN
         RETURNS office.enqueue_result
         LANGUAGE c VOLATILE SECURITY DEFINER
         AS '$libdir/office', 'office_enqueue_run';
-    -- claim_run's C definition follows the same steps (sql/office.c) and
+    -- claim_run's C definition follows the same steps (sql/native/claim.c) and
     -- hands on only a worker_id its PL/pgSQL definition refuses.
     EXECUTE pg_catalog.format(
         $create$CREATE OR REPLACE FUNCTION office._claim_run_plpgsql(worker_id text, agent_profile_id text)

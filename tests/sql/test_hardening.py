@@ -147,7 +147,7 @@ FUNCTION_LINT = """
 SELECT p.oid::pg_catalog.regprocedure::pg_catalog.text AS function, problem
   FROM pg_catalog.pg_proc p
  CROSS JOIN LATERAL (
-        -- (not the native helpers of sql/office.c: C resolves no names)
+        -- (not the native definitions of sql/native/: C resolves no names)
         SELECT 'search_path not pinned to pg_catalog, pg_temp'
          WHERE p.prokind <> 'a'
            AND p.prolang <> (SELECT l.oid FROM pg_catalog.pg_language l WHERE l.lanname = 'c')

@@ -1,4 +1,4 @@
-"""The native helpers (sql/office.c, bound by sql/95_native.sql) behave as
+"""The native definitions (sql/native/, bound by sql/95_native.sql) behave as
 their PL/pgSQL definitions do. ``make test`` runs this suite on PostgreSQL 15,
 where ``make install`` builds the library, and on the embedded PostgreSQL 18,
 which has none: so every vector here, and every other test that writes

@@ -267,7 +267,7 @@ def test_hot_path_probes_read_a_few_entries_when_the_statistics_see_a_backlog(
     db.execute("SELECT office.fail_run(%s, %s, 'e')", claimed)
     reads = _entries_read(plans, per_loop=True)
     # The bulk signal's per-agent probes, a statement of _signal_runs where it
-    # is PL/pgSQL (where it is native, sql/office.c, they are index scans).
+    # is PL/pgSQL (where it is native, sql/native/, they are index scans).
     native = db.execute(
         "SELECT l.lanname = 'c' FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang"
         " WHERE p.oid = 'office._signal_runs(text[], text[])'::regprocedure"

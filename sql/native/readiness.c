@@ -1,0 +1,141 @@
+/*
+ * office native: office._ready_agents(), the readier of office.agent_ready.
+ *
+ * 30_runs.sql's trigger function, step for step; the readiness comment there
+ * says why each step is there and why no claimable agent is left out. The two
+ * looks are index scans of their own (the PL/pgSQL function's LIMIT 1 and
+ * min() probes, which it keeps from other plans with enable_seqscan and
+ * enable_bitmapscan off), each in a snapshot taken after the readiness lock,
+ * as a statement of its own would be; the rare insert is a prepared
+ * statement.
+ */
+#include "office.h"
+
+PG_FUNCTION_INFO_V1(office_ready_agents);
+
+static void
+insert_ready_row(Datum agent, Datum head)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			types[2] = {TEXTOID, TIMESTAMPTZOID};
+	Datum		values[2] = {agent, head};
+
+	(void) run_kept(&plan, "INSERT INTO office.agent_ready (agent_profile_id, head_at) VALUES ($1, $2)",
+					2, types, values, NULL, SPI_OK_INSERT, NULL);
+}
+
+Datum
+office_ready_agents(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigger = (TriggerData *) fcinfo->context;
+	Relation	rel;
+	HeapTuple	new_row = NULL;
+	HeapTuple	old_row = NULL;
+	bool		on_agents;
+	bool		on_insert;
+	Datum		agents[2];
+	int			count = 0;
+	Datum		head = (Datum) 0;
+	bool		have_head = false;
+	Oid			office;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("office._ready_agents() is a trigger function")));
+	rel = trigger->tg_relation;
+	on_agents = strcmp(RelationGetRelationName(rel), "agent_profiles") == 0;
+	on_insert = TRIGGER_FIRED_BY_INSERT(trigger->tg_event);
+	if (on_insert)
+		new_row = trigger->tg_trigtuple;
+	else if (TRIGGER_FIRED_BY_UPDATE(trigger->tg_event))
+	{
+		old_row = trigger->tg_trigtuple;
+		new_row = trigger->tg_newtuple;
+	}
+	else
+		old_row = trigger->tg_trigtuple;
+
+	if (on_agents)
+	{
+		/* (the WHEN clause: it accepts runs, and did not or had another id) */
+		bool		isnull;
+
+		agents[count++] = column(new_row, rel, "id", &isnull);
+	}
+	else if (on_insert)
+	{
+		/* a run inserted queued (no WHEN clause): its requested_at is the head */
+		bool		isnull;
+
+		if (!column_is(new_row, rel, "status", "queued"))
+			return PointerGetDatum(NULL);
+		agents[count++] = column(new_row, rel, "agent_profile_id", &isnull);
+		head = column(new_row, rel, "requested_at", &isnull);
+		have_head = !isnull;
+	}
+	else
+	{
+		/* a run queued again, a claim that ended (no WHEN clause: any other update readies none) */
+		bool		isnull;
+		Datum		old_agent = column(old_row, rel, "agent_profile_id", &isnull);
+
+		if (new_row != NULL && column_is(new_row, rel, "status", "queued"))
+		{
+			Datum		new_agent = column(new_row, rel, "agent_profile_id", &isnull);
+			bool		old_null;
+			bool		new_null;
+			Datum		old_retry = column(old_row, rel, "scheduled_retry_at", &old_null);
+			Datum		new_retry = column(new_row, rel, "scheduled_retry_at", &new_null);
+			TimestampTz old_at = DatumGetTimestampTz(column(old_row, rel, "requested_at", &isnull));
+			TimestampTz new_at = DatumGetTimestampTz(column(new_row, rel, "requested_at", &isnull));
+
+			if (!column_is(old_row, rel, "status", "queued") ||
+				!text_equal(old_agent, new_agent) || new_at < old_at ||
+				old_null != new_null ||
+				(!old_null && DatumGetTimestampTz(old_retry) != DatumGetTimestampTz(new_retry)))
+				agents[count++] = new_agent;
+		}
+		if (column_is(old_row, rel, "status", "claimed") &&
+			(new_row == NULL || !column_is(new_row, rel, "status", "claimed") ||
+			 !text_equal(old_agent, column(new_row, rel, "agent_profile_id", &isnull))) &&
+			(count == 0 || !text_equal(old_agent, agents[0])))
+			agents[count++] = old_agent;
+	}
+
+	office = get_namespace_oid("office", false);
+	for (int i = 0; i < count; i++)
+	{
+		text	   *agent = DatumGetTextPP(agents[i]);
+		StringInfoData name;
+		bool		look;
+		Datum		listed;
+
+		initStringInfo(&name);
+		appendStringInfoString(&name, "office.runs.ready:");
+		appendBinaryStringInfo(&name, VARDATA_ANY(agent), VARSIZE_ANY_EXHDR(agent));
+		look = XactIsoLevel == XACT_READ_COMMITTED &&
+			DatumGetBool(DirectFunctionCall1(pg_try_advisory_xact_lock_shared_int8,
+											 DirectFunctionCall2Coll(hashtextextended,
+																	 DEFAULT_COLLATION_OID,
+																	 PointerGetDatum(cstring_to_text_with_len(name.data, name.len)),
+																	 Int64GetDatum(0))));
+		pfree(name.data);
+		if (on_agents || !on_insert)
+		{
+			/* after the lock, in a look of its own: the oldest queued run */
+			have_head = least_of_agent(office, "runs", "idx_run_agent_queued", agents[i],
+									   "requested_at", NULL, &head);
+			if (look && !have_head)
+				continue;
+		}
+		/* the agent's due rows, oldest first: the first is the least head_at */
+		if (look && have_head &&
+			least_of_agent(office, "agent_ready", "idx_agent_ready_agent", agents[i],
+						   "head_at", "due_at", &listed) &&
+			DatumGetTimestampTz(listed) <= DatumGetTimestampTz(head))
+			continue;
+		insert_ready_row(agents[i], have_head ? head : TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()));
+	}
+	return PointerGetDatum(NULL);
+}

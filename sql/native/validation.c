@@ -1,0 +1,145 @@
+/*
+ * office native: the checks every write of office.runs makes,
+ * office._check_short_text (05_validation.sql) and the CHECK function
+ * office._run_row_valid (30_runs.sql).
+ */
+#include "office.h"
+
+PG_FUNCTION_INFO_V1(office_run_row_valid);
+PG_FUNCTION_INFO_V1(office_check_short_text);
+
+/*
+ * office._check_short_text(what, value): 05_validation.sql's check, with its
+ * messages: NULL or at most 200 characters with no control character
+ * (U+0001-U+001F, U+007F-U+009F, the regular expression's class there, read
+ * as the regular expression reads it: the server encoding's characters).
+ */
+/* what names the argument in the messages; format()'s %s shows NULL as '' */
+static const char *
+argument_name(FunctionCallInfo fcinfo)
+{
+	return PG_ARGISNULL(0) ? "" : text_to_cstring(PG_GETARG_TEXT_PP(0));
+}
+
+/* the control characters the check refuses, as the server encoding reads them */
+static bool
+has_control_character(text *value, int length)
+{
+	int			bytes = VARSIZE_ANY_EXHDR(value);
+	pg_wchar   *chars = palloc((length + 1) * sizeof(pg_wchar));
+	bool		found = false;
+
+	length = pg_mb2wchar_with_len(VARDATA_ANY(value), chars, bytes);
+	for (int i = 0; i < length && !found; i++)
+		found = (chars[i] >= 0x01 && chars[i] <= 0x1f) || (chars[i] >= 0x7f && chars[i] <= 0x9f);
+	pfree(chars);
+	return found;
+}
+
+/* Whether _check_short_text(what, value) passes value; NULL passes. */
+bool
+short_text_ok(text *value)
+{
+	int			length;
+
+	if (value == NULL)
+		return true;
+	length = pg_mbstrlen_with_len(VARDATA_ANY(value), VARSIZE_ANY_EXHDR(value));
+	return length <= 200 && !has_control_character(value, length);
+}
+
+Datum
+office_check_short_text(PG_FUNCTION_ARGS)
+{
+	text	   *value;
+	int			bytes;
+	int			length;
+
+	if (PG_ARGISNULL(1))
+		PG_RETURN_NULL();
+	value = PG_GETARG_TEXT_PP(1);
+	bytes = VARSIZE_ANY_EXHDR(value);
+	length = pg_mbstrlen_with_len(VARDATA_ANY(value), bytes);
+	if (length > 200)
+	{
+		char	   *head = text_to_cstring(value);
+
+		head[pg_mbcharcliplen(head, bytes, 40)] = '\0';
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s %s is %d characters, more than 200",
+						argument_name(fcinfo), quote_literal_cstr(psprintf("%s...", head)), length)));
+	}
+	if (has_control_character(value, length))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s %s contains a control character",
+						argument_name(fcinfo), quote_literal_cstr(text_to_cstring(value)))));
+	PG_RETURN_TEXT_P(value);
+}
+
+/* SQL's AND over three-valued terms: false wins, then NULL, then true. */
+typedef enum
+{
+	TERM_FALSE,
+	TERM_NULL,
+	TERM_TRUE
+} Term;
+
+static Term
+term_and(Term a, Term b)
+{
+	return a < b ? a : b;
+}
+
+/*
+ * office._run_row_valid(status, reason, payload, idempotency_key): the CHECK
+ * of office.runs, with 30_runs.sql's three-valued result: status one of the
+ * five, reason not empty, payload an object, idempotency_key NULL or 1 to
+ * 512 characters (equality is bytewise under every deterministic collation).
+ */
+Datum
+office_run_row_valid(PG_FUNCTION_ARGS)
+{
+	Term		result = TERM_TRUE;
+
+	if (PG_ARGISNULL(0))
+		result = term_and(result, TERM_NULL);
+	else
+	{
+		text	   *status = PG_GETARG_TEXT_PP(0);
+
+		if (!(text_is(status, "queued") || text_is(status, "claimed") ||
+			  text_is(status, "finished") || text_is(status, "failed") ||
+			  text_is(status, "cancelled")))
+			result = TERM_FALSE;
+	}
+	if (PG_ARGISNULL(1))
+		result = term_and(result, TERM_NULL);
+	else if (VARSIZE_ANY_EXHDR(PG_GETARG_TEXT_PP(1)) == 0)
+		result = TERM_FALSE;
+	if (PG_ARGISNULL(2))
+		result = term_and(result, TERM_NULL);
+	else
+	{
+		/* the root container's header alone says what the value is */
+		Jsonb	   *payload = (Jsonb *) PG_DETOAST_DATUM_SLICE(PG_GETARG_DATUM(2), 0,
+															   sizeof(uint32));
+
+		if (!JB_ROOT_IS_OBJECT(payload))
+			result = TERM_FALSE;
+	}
+	if (!PG_ARGISNULL(3))
+	{
+		text	   *key = PG_GETARG_TEXT_PP(3);
+		int			bytes = VARSIZE_ANY_EXHDR(key);
+
+		/* a character is at least a byte: count them only past 512 bytes */
+		if (bytes == 0 ||
+			(bytes > 512 && pg_mbstrlen_with_len(VARDATA_ANY(key), bytes) > 512))
+			result = TERM_FALSE;
+	}
+	if (result == TERM_NULL)
+		PG_RETURN_NULL();
+	PG_RETURN_BOOL(result == TERM_TRUE);
+}
