@@ -380,11 +380,19 @@ def _claim_calls(db: Conn, other: Conn, function: str, path: str | None = None) 
         seen.append((arguments, outcome, ready))
 
     def finish(agent: str) -> None:
-        db.execute(
-            "SELECT office.finish_run(id, attempt) FROM office.runs"
-            " WHERE agent_profile_id = %s AND status = 'claimed'",
+        # finish_run is C too: under the path as well (hence the qualified
+        # operators of this query)
+        if path is not None:
+            db.execute(sql.SQL("SET search_path = {}").format(sql.SQL(path)))
+        finished = db.execute(
+            "SELECT office.finish_run(r.id, r.attempt) FROM office.runs r"
+            " WHERE r.agent_profile_id OPERATOR(pg_catalog.=) %s"
+            " AND r.status OPERATOR(pg_catalog.=) 'claimed'",
             [agent],
-        )
+        ).fetchall()
+        if path is not None:
+            db.execute("RESET search_path")
+        seen.append(("finish", agent, finished))
 
     claim("w1", None)  # the oldest: c1's, past the stale rows
     claim("w2", "c1")  # c1 holds a claim
@@ -439,12 +447,13 @@ def test_claim_run_claims_as_its_plpgsql_definition(db: Conn, other: Conn) -> No
     assert native == portable
     # Not vacuous: runs handed out, calls that get none, both errors, and
     # readiness rows removed and delayed.
-    outcomes = [o for _, o, _ in native[:-1]]
+    outcomes = [o for c, o, _ in native[:-1] if c != "finish"]
     assert sum(1 for o in outcomes if isinstance(o, list) and o) >= 12
     assert sum(1 for o in outcomes if o == []) >= 5
     assert sum(1 for o in outcomes if isinstance(o, tuple) and o[0] == "22023") == 2
-    assert any(("c11", False, 1) in ready for _, _, ready in native[:-1])
+    assert any(("c11", False, 1) in ready for c, _, ready in native[:-1] if c != "finish")
     assert all(agent not in ("c0", "nobody") for agent, _, _ in native[0][2])
+    assert sum(f == [(True,)] for c, _, f in native[:-1] if c == "finish") >= 3
 
 
 def test_claim_run_claims_the_same_under_a_hostile_search_path(db: Conn, other: Conn) -> None:
