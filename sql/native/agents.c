@@ -67,15 +67,10 @@ next_due_run(OfficeScan *s, const Datum *skip, int nskip)
 	{
 		bool		isnull;
 		Datum		retry = slot_getattr(s->slot, retry_attnum, &isnull);
-		Datum		id;
-		bool		skipped = false;
 
 		if (!isnull && DatumGetTimestampTz(retry) > now)
 			continue;
-		id = slot_getattr(s->slot, id_attnum, &isnull);
-		for (int i = 0; i < nskip && !skipped; i++)
-			skipped = text_equal(id, skip[i]);
-		if (!skipped)
+		if (!text_in(slot_getattr(s->slot, id_attnum, &isnull), skip, nskip))
 			return true;
 	}
 	return false;

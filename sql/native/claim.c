@@ -48,15 +48,6 @@ skip_add(Skips *skips, Datum item)
 	skips->items[skips->n++] = item;
 }
 
-static bool
-skipped(const Skips *skips, Datum item)
-{
-	for (int i = 0; i < skips->n; i++)
-		if (text_equal(skips->items[i], item))
-			return true;
-	return false;
-}
-
 /* ORDER BY min(head_at), agent COLLATE "C" */
 static int
 compare_ready(const void *a, const void *b)
@@ -114,7 +105,7 @@ read_ready_rows(Oid office, Snapshot snapshot, const char *index, bool due_rows,
 		int			i;
 
 		(void) slot_getattr(s.slot, due_attnum, &isnull);
-		if (isnull == due_rows || skipped(skip, agent))
+		if (isnull == due_rows || text_in(agent, skip->items, skip->n))
 			continue;
 		rows++;
 		for (i = 0; i < *nready && !text_equal(ready[i].agent, agent); i++)
@@ -216,7 +207,7 @@ unready_agents(const Skips *agents)
 	Datum		values[1] = {PointerGetDatum(construct_array(agents->items, agents->n, TEXTOID, -1, false,
 														 TYPALIGN_INT))};
 
-	(void) run_kept(&plan, "SELECT office._unready_agents($1)", 1, types, values, NULL, SPI_OK_SELECT, NULL);
+	(void) run_kept(&plan, ANY_SCAN, "SELECT office._unready_agents($1)", 1, types, values, NULL, SPI_OK_SELECT, NULL);
 }
 
 /* The UPDATE of the candidate by its id: the claimed row (office.runs), or false. */
@@ -227,22 +218,18 @@ claim_candidate(Datum id, text *worker, Datum *row)
 	Oid			types[2] = {TEXTOID, TEXTOID};
 	Datum		values[2] = {id, PointerGetDatum(worker)};
 	char		nulls[2] = {' ', worker == NULL ? 'n' : ' '};
-	int			nest = prefer_indexes(true);
-	bool		claimed;
 
-	claimed = run_kept(&plan,
-					   "UPDATE office.runs r SET status = 'claimed', claimed_at = pg_catalog.now(), claimed_by = $2,"
-					   " heartbeat_at = pg_catalog.now(), attempt = r.attempt OPERATOR(pg_catalog.+) 1"
-					   " WHERE r.id OPERATOR(pg_catalog.=) (SELECT l.id FROM office.runs l"
-					   " WHERE l.id OPERATOR(pg_catalog.=) $1"
-					   " AND l.status COLLATE pg_catalog.\"C\" OPERATOR(pg_catalog.=) 'queued'"
-					   " AND (l.scheduled_retry_at IS NULL"
-					   " OR l.scheduled_retry_at OPERATOR(pg_catalog.<=) pg_catalog.now())"
-					   " FOR UPDATE SKIP LOCKED)"
-					   " RETURNING r",
-					   2, types, values, nulls, SPI_OK_UPDATE_RETURNING, row);
-	AtEOXact_GUC(true, nest);
-	return claimed;
+	return run_kept(&plan, NO_SEQ_OR_BITMAP_SCAN,
+					"UPDATE office.runs r SET status = 'claimed', claimed_at = pg_catalog.now(), claimed_by = $2,"
+					" heartbeat_at = pg_catalog.now(), attempt = r.attempt OPERATOR(pg_catalog.+) 1"
+					" WHERE r.id OPERATOR(pg_catalog.=) (SELECT l.id FROM office.runs l"
+					" WHERE l.id OPERATOR(pg_catalog.=) $1"
+					" AND l.status COLLATE pg_catalog.\"C\" OPERATOR(pg_catalog.=) 'queued'"
+					" AND (l.scheduled_retry_at IS NULL"
+					" OR l.scheduled_retry_at OPERATOR(pg_catalog.<=) pg_catalog.now())"
+					" FOR UPDATE SKIP LOCKED)"
+					" RETURNING r",
+					2, types, values, nulls, SPI_OK_UPDATE_RETURNING, row);
 }
 
 /* DELETE FROM office.agent_ready WHERE agent_profile_id = agent */
@@ -252,12 +239,10 @@ delete_ready_rows(Datum agent)
 	static SPIPlanPtr plan = NULL;
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1] = {agent};
-	int			nest = prefer_indexes(true);
 
-	(void) run_kept(&plan,
+	(void) run_kept(&plan, NO_SEQ_OR_BITMAP_SCAN,
 					"DELETE FROM office.agent_ready r WHERE r.agent_profile_id OPERATOR(pg_catalog.=) $1",
 					1, types, values, NULL, SPI_OK_DELETE, NULL);
-	AtEOXact_GUC(true, nest);
 }
 
 /* The claimed row, a datum of office.runs, as the call's one result row. */
@@ -294,7 +279,6 @@ office_claim_run(PG_FUNCTION_ARGS)
 		Skips		stale = {NULL, 0, 0};
 		int			nfound = scan_candidates(office, PointerGetDatum(agent), &skip_agents, &skip_runs,
 											 found, &stale);
-		bool		rescan = false;
 
 		if (stale.n > 0)
 		{
@@ -306,7 +290,7 @@ office_claim_run(PG_FUNCTION_ARGS)
 		}
 		if (nfound == 0)
 			break;
-		for (int i = 0; i < nfound && !rescan; i++)
+		for (int i = 0; i < nfound; i++)
 		{
 			text	   *candidate_agent = DatumGetTextPP(found[i].agent);
 			Snapshot	snapshot;
@@ -338,7 +322,7 @@ office_claim_run(PG_FUNCTION_ARGS)
 			}
 			/* locked by someone else or no longer queued: a new scan */
 			skip_add(&skip_runs, found[i].id);
-			rescan = true;
+			break;
 		}
 	}
 	PG_RETURN_NULL();
@@ -360,15 +344,13 @@ office_finish_run(PG_FUNCTION_ARGS)
 	Datum		values[2] = {PG_ARGISNULL(0) ? (Datum) 0 : PG_GETARG_DATUM(0),
 	PG_ARGISNULL(1) ? (Datum) 0 : PG_GETARG_DATUM(1)};
 	char		nulls[2] = {PG_ARGISNULL(0) ? 'n' : ' ', PG_ARGISNULL(1) ? 'n' : ' '};
-	int			nest = prefer_indexes(false);
 	bool		finished;
 
-	finished = run_kept(&plan,
+	finished = run_kept(&plan, NO_SEQSCAN,
 						"UPDATE office.runs r SET status = 'finished', finished_at = pg_catalog.now()"
 						" WHERE r.id OPERATOR(pg_catalog.=) $1"
 						" AND r.status COLLATE pg_catalog.\"C\" OPERATOR(pg_catalog.=) 'claimed'"
 						" AND r.attempt OPERATOR(pg_catalog.=) $2",
 						2, types, values, nulls, SPI_OK_UPDATE, NULL);
-	AtEOXact_GUC(true, nest);
 	PG_RETURN_BOOL(finished);
 }

@@ -41,7 +41,7 @@ count_dedup(const NullableDatum *labels)
 		values[i + 1] = labels[i].value;
 		nulls[i + 1] = labels[i].isnull ? 'n' : ' ';
 	}
-	(void) run_kept(&plan,
+	(void) run_kept(&plan, ANY_SCAN,
 					"INSERT INTO office.dedup_counters AS c (slot, queue, reason, kind, total)"
 					" VALUES ($1, $2, $3, $4, 1)"
 					" ON CONFLICT (slot, queue, reason, kind)"

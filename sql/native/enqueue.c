@@ -158,7 +158,7 @@ insert_run(Datum *values, const char *nulls, Datum *id)
 	static SPIPlanPtr plan = NULL;
 	Oid			types[6] = {TEXTOID, TEXTOID, JSONBOID, TEXTOID, TEXTOID, BOOLOID};
 
-	return run_kept(&plan,
+	return run_kept(&plan, ANY_SCAN,
 					"INSERT INTO office.runs (agent_profile_id, reason, payload, idempotency_key, task_id, entry_triggered)"
 					" VALUES ($1, $2, $3, $4, $5, $6)"
 					" ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
@@ -199,12 +199,9 @@ coalesce_into_target(text *agent, text *reason, text *task, TimestampTz since, D
 	Datum		values[5] = {PointerGetDatum(agent), PointerGetDatum(reason), PointerGetDatum(task),
 	TimestampTzGetDatum(since), payload};
 	char		nulls[5] = {' ', ' ', task == NULL ? 'n' : ' ', ' ', ' '};
-	int			nest = prefer_indexes(false);
-	bool		found;
 
-	found = run_kept(&plans[which], texts[which], 5, types, values, nulls, SPI_OK_UPDATE_RETURNING, id);
-	AtEOXact_GUC(true, nest);
-	return found;
+	return run_kept(&plans[which], NO_SEQSCAN, texts[which], 5, types, values, nulls,
+					SPI_OK_UPDATE_RETURNING, id);
 }
 
 /* The target serves the incoming key from now on (office.run_keys_recorded). */
@@ -215,7 +212,7 @@ record_key(text *key, Datum run_id)
 	Oid			types[2] = {TEXTOID, TEXTOID};
 	Datum		values[2] = {PointerGetDatum(key), run_id};
 
-	(void) run_kept(&plan, "INSERT INTO office.run_keys_recorded (idempotency_key, run_id) VALUES ($1, $2)",
+	(void) run_kept(&plan, ANY_SCAN, "INSERT INTO office.run_keys_recorded (idempotency_key, run_id) VALUES ($1, $2)",
 					2, types, values, NULL, SPI_OK_INSERT, NULL);
 }
 

@@ -67,6 +67,18 @@ typedef struct OfficeScan
 	IndexScanDesc scan;
 } OfficeScan;
 
+/*
+ * The scans a kept statement may be planned with (run_kept): what a PL/pgSQL
+ * function's SET enable_seqscan = off (and enable_bitmapscan = off) gives
+ * its statements ("Plans" in 30_runs.sql).
+ */
+typedef enum
+{
+	ANY_SCAN,
+	NO_SEQSCAN,
+	NO_SEQ_OR_BITMAP_SCAN
+} KeptScans;
+
 /* office.notify: when the wake-up signal is sent (signal.c) */
 typedef enum
 {
@@ -81,6 +93,7 @@ extern OFFICE_INTERNAL bool short_text_ok(text *value);
 /* shared.c */
 extern OFFICE_INTERNAL bool text_is(text *value, const char *word);
 extern OFFICE_INTERNAL bool text_equal(Datum a, Datum b);
+extern OFFICE_INTERNAL bool text_in(Datum item, const Datum *items, int n);
 extern OFFICE_INTERNAL int compare_bytes(Datum a, Datum b);
 extern OFFICE_INTERNAL int attnum_in(Relation rel, const char *name);
 extern OFFICE_INTERNAL Datum column(HeapTuple tuple, Relation rel, const char *name, bool *isnull);
@@ -93,8 +106,7 @@ extern OFFICE_INTERNAL void scan_by_text(OfficeScan *s, Oid office, const char *
 extern OFFICE_INTERNAL void scan_at(OfficeScan *s, Oid office, const char *table, const char *index, Datum value, Snapshot snapshot);
 extern OFFICE_INTERNAL bool scan_next(OfficeScan *s);
 extern OFFICE_INTERNAL void scan_end(OfficeScan *s);
-extern OFFICE_INTERNAL bool run_kept(SPIPlanPtr *plan, const char *query, int nargs, Oid *types, Datum *values, const char *nulls, int expect, Datum *first);
-extern OFFICE_INTERNAL int prefer_indexes(bool bitmaps_too);
+extern OFFICE_INTERNAL bool run_kept(SPIPlanPtr *plan, KeptScans scans, const char *query, int nargs, Oid *types, Datum *values, const char *nulls, int expect, Datum *first);
 extern OFFICE_INTERNAL Datum hand_on(FunctionCallInfo fcinfo, const char *portable);
 extern OFFICE_INTERNAL text *text_argument(FunctionCallInfo fcinfo, int n, bool empty_is_null);
 extern OFFICE_INTERNAL int64 lock_id(const char *prefix, text **parts, int nparts);

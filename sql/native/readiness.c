@@ -20,7 +20,7 @@ insert_ready_row(Datum agent, Datum head)
 	Oid			types[2] = {TEXTOID, TIMESTAMPTZOID};
 	Datum		values[2] = {agent, head};
 
-	(void) run_kept(&plan, "INSERT INTO office.agent_ready (agent_profile_id, head_at) VALUES ($1, $2)",
+	(void) run_kept(&plan, ANY_SCAN, "INSERT INTO office.agent_ready (agent_profile_id, head_at) VALUES ($1, $2)",
 					2, types, values, NULL, SPI_OK_INSERT, NULL);
 }
 

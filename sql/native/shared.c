@@ -27,6 +27,16 @@ text_equal(Datum a, Datum b)
 		memcmp(VARDATA_ANY(x), VARDATA_ANY(y), VARSIZE_ANY_EXHDR(x)) == 0;
 }
 
+/* Whether item equals one of the n texts of items. */
+bool
+text_in(Datum item, const Datum *items, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (text_equal(item, items[i]))
+			return true;
+	return false;
+}
+
 /* by bytes, as COLLATE "C" orders */
 int
 compare_bytes(Datum a, Datum b)
@@ -177,16 +187,35 @@ scan_end(OfficeScan *s)
 }
 
 /*
+ * enable_seqscan off, and with bitmaps_too enable_bitmapscan off, until
+ * AtEOXact_GUC(true, the level returned).
+ */
+static int
+prefer_indexes(bool bitmaps_too)
+{
+	int			nest = NewGUCNestLevel();
+
+	(void) set_config_option("enable_seqscan", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	if (bitmaps_too)
+		(void) set_config_option("enable_bitmapscan", "off", PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
+	return nest;
+}
+
+/*
  * A statement of office's own: prepared the first time, with the argument
- * types types, and kept for the session in *plan; run in an SPI connection
- * of its own, where it must give the SPI result expect. Whether it processed
- * a row; if so and first is given, *first is the first column of the first
- * row it returned, copied out of the connection.
+ * types types, and kept for the session in *plan; planned and run with the
+ * scans scans allows, in an SPI connection of its own, where it must give
+ * the SPI result expect. Whether it processed a row; if so and first is
+ * given, *first is the first column of the first row it returned, copied
+ * out of the connection.
  */
 bool
-run_kept(SPIPlanPtr *plan, const char *query, int nargs, Oid *types,
+run_kept(SPIPlanPtr *plan, KeptScans scans, const char *query, int nargs, Oid *types,
 		 Datum *values, const char *nulls, int expect, Datum *first)
 {
+	int			nest = scans == ANY_SCAN ? 0 : prefer_indexes(scans == NO_SEQ_OR_BITMAP_SCAN);
 	bool		processed;
 
 	if (SPI_connect() != SPI_OK_CONNECT)
@@ -210,25 +239,9 @@ run_kept(SPIPlanPtr *plan, const char *query, int nargs, Oid *types,
 								   false, -1);
 	}
 	SPI_finish();
+	if (scans != ANY_SCAN)
+		AtEOXact_GUC(true, nest);
 	return processed;
-}
-
-/*
- * enable_seqscan off, and with bitmaps_too enable_bitmapscan off, until
- * AtEOXact_GUC(true, the level returned): what a function's SET clauses of
- * them do for the statements it plans and runs ("Plans" in 30_runs.sql).
- */
-int
-prefer_indexes(bool bitmaps_too)
-{
-	int			nest = NewGUCNestLevel();
-
-	(void) set_config_option("enable_seqscan", "off", PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
-	if (bitmaps_too)
-		(void) set_config_option("enable_bitmapscan", "off", PGC_USERSET, PGC_S_SESSION,
-								 GUC_ACTION_SAVE, true, 0, false);
-	return nest;
 }
 
 /*
