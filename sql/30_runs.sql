@@ -355,7 +355,8 @@ CREATE TRIGGER runs_30_ready_insert
 -- clause: one is read again from its stored text at every statement that
 -- may fire the trigger, and even the short one this had (NEW.status =
 -- 'queued' OR OLD.status = 'claimed') cost a claim and a finish more than
--- the function's own tests (docs/benchmarks.md, "eighth pass").
+-- the C function's own tests (docs/benchmarks.md, "eighth pass"; where the
+-- function is PL/pgSQL, a claim now calls it, which was not measured).
 CREATE TRIGGER runs_30_ready_update
     AFTER UPDATE OF status, agent_profile_id, requested_at, scheduled_retry_at ON office.runs
     FOR EACH ROW
