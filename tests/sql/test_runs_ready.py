@@ -351,11 +351,29 @@ def test_claimers_producers_and_finishers_never_leave_a_claimable_run_behind(
     assert db.execute("SELECT count(*) FROM office.runs WHERE status = 'queued'").fetchone() == (0,)
 
 
+def test_a_run_inserted_in_another_status_lists_nothing(db: Conn) -> None:
+    # runs_30_ready_insert has no WHEN clause: the function itself tests that
+    # the inserted run is queued before it lists the agent.
+    db.execute("SELECT office.upsert_agent('a1', 'w')")
+    db.execute("DELETE FROM office.agent_ready")
+    for status in ("claimed", "finished", "failed", "cancelled"):
+        db.execute(
+            "INSERT INTO office.runs (id, agent_profile_id, reason, status)"
+            " VALUES (%s, 'a1', 'r', %s)",
+            [f"x-{status}", status],
+        )
+        assert ready_rows(db, "a1") == 0, status
+    db.execute(
+        "INSERT INTO office.runs (id, agent_profile_id, reason, status)"
+        " VALUES ('q', 'a1', 'r', 'queued')"
+    )
+    assert ready_rows(db, "a1") == 1  # the same insert, queued: listed
+
+
 def test_an_update_that_changes_nothing_it_depends_on_lists_nothing(db: Conn) -> None:
-    # runs_30_ready_update's WHEN clause holds only the first test of each
-    # case (the run is queued after the update, or was claimed before it);
-    # the function tests the rest and lists nobody for an update that leaves
-    # the run queued where and when it was, or a claim held as it was.
+    # runs_30_ready_update has no WHEN clause: the function tells an update
+    # that leaves the run queued where and when it was, or a claim held as it
+    # was, from one that makes a run claimable, and lists nobody for it.
     db.execute("SELECT office.upsert_agent('a1', 'w')")
     r1 = enqueue(db, "a1", "r1")
     db.execute("DELETE FROM office.agent_ready")
