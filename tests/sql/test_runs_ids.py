@@ -60,11 +60,28 @@ def test_a_batch_of_ids_is_in_order_and_sorts_before_the_next_id(db: Conn) -> No
         check_v7(text, now(db))
 
 
-def test_the_random_bits_differ_within_one_statement(db: Conn) -> None:
-    rows = db.execute(
-        "SELECT count(DISTINCT office._uuid_v7()) FROM generate_series(1, 10000)"
+def random_bits(db: Conn, n: int) -> list[str]:
+    """The random tails (the last 62 bits: after the variant) of n new ids."""
+    row = db.execute(
+        "SELECT array_agg(right(office._uuid_v7(), 16)) FROM generate_series(1, %s)", [n]
     ).fetchone()
-    assert rows == (10000,)
+    assert row is not None
+    tails: list[str] = row[0]
+    return tails
+
+
+def test_the_random_bits_differ_within_one_statement_and_between_sessions(
+    db: Conn, dsn: str
+) -> None:
+    # The C definition draws its random bytes a pool at a time (sql/native/
+    # ids.c): 10,000 ids use up many pools, and no two tails may repeat, in
+    # one statement (ids made in one microsecond differ by these bits alone)
+    # or in two sessions started alike (no pool is shared between backends).
+    ours = random_bits(db, 10000)
+    assert len(set(ours)) == 10000
+    with psycopg.connect(dsn) as first, psycopg.connect(dsn) as second:
+        one, two = random_bits(first, 600), random_bits(second, 600)
+    assert len(set(ours) | set(one) | set(two)) == 11200
 
 
 def test_every_generated_id_is_a_uuid_v7(db: Conn) -> None:
