@@ -272,7 +272,7 @@ def main() -> None:
     parser.add_argument(
         "--rounds",
         type=int,
-        default=1,
+        default=3,
         help="rounds of every cell, each contender in turn; the best round of each counts",
     )
     parser.add_argument(
