@@ -15,14 +15,16 @@ its window closed, is a second run (0.3.0: dozens per kill).
 
 A worker claims and finishes runs all along, so coalesce targets leave the
 queue as they do in production. Every wait is a bounded polling loop on a
-condition; the kill happens while the daemon holds claimed, unacknowledged
-events, and the test checks that it did.
+condition; the daemon is stopped (SIGSTOP) at a moment it holds claimed,
+unacknowledged events, then killed, and the test checks that the kill left
+them behind.
 """
 
 from __future__ import annotations
 
 import random
 import signal
+import subprocess
 import threading
 from collections import defaultdict
 from datetime import timedelta
@@ -132,6 +134,38 @@ def acked_by(db: psycopg.Connection[Any], consumer: str) -> int:
     )
 
 
+def daemon_statements(db: psycopg.Connection[Any]) -> int:
+    """Statements an ``officectl run`` of this database is running now."""
+    return int(
+        scalar(
+            db,
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND application_name = 'officectl run' AND state = 'active'",
+        )
+    )
+
+
+def freeze_holding(
+    db: psycopg.Connection[Any], proc: subprocess.Popen[bytes], consumer: str
+) -> int:
+    """Stop the daemon (SIGSTOP) at a moment it holds claimed, unacknowledged
+    events, and return how many: what a kill that follows leaves behind.
+    Seeing it hold a batch and then killing it is not enough: it may
+    acknowledge the batch in between (once the backlog is drained, it then
+    holds nothing)."""
+    for _ in range(20):
+        wait_for(partial(in_flight, db, consumer), "the daemon to hold a batch")
+        proc.send_signal(signal.SIGSTOP)
+        # A statement sent before the stop still runs to its end (an
+        # acknowledgement may commit): count once none is running.
+        wait_for(lambda: daemon_statements(db) == 0, "the stopped daemon's statements to end")
+        held = in_flight(db, consumer)
+        if held > 0:
+            return held
+        proc.send_signal(signal.SIGCONT)
+    raise AssertionError("the daemon never held a batch when stopped")
+
+
 def serving(db: psycopg.Connection[Any], answered: dict[str, set[str]]) -> dict[str, set[str]]:
     """key → every run that serves it: its own key, a key recorded by a
     coalesce (``office.run_keys``, when the schema has it), and the run the
@@ -189,7 +223,7 @@ def test_sigkill_mid_batch_while_producers_reassign_makes_no_second_run(
             # (and on the redeliveries of the previous one, once visible).
             with daemon(dsn, *options, *SUBSCRIBER_ONLY, "--event-batch", "50") as run:
                 wait_for(partial(acked_by, db, consumer), "the daemon's first batch")
-                wait_for(partial(in_flight, db, consumer), "the daemon to hold a batch")
+                freeze_holding(db, run.proc, consumer)
                 run.proc.send_signal(signal.SIGKILL)
                 assert run.proc.wait(30) == -signal.SIGKILL
             killed_holding.append(in_flight(db, consumer))
