@@ -84,13 +84,12 @@ ROW_SET = (
 )
 RAW_FINISH = "UPDATE public.bench_queue SET status = 'finished', finished_at = now() WHERE id = %s"
 # The API.md §3 row with only its two required unique indexes (the module
-# docstring): created by the WAL part only, which needs office installed.
+# docstring): made by reset(), not with FLOOR_TABLES, as it needs office.runs.
 CONTRACT_TABLE = (
     "CREATE TABLE IF NOT EXISTS public.bench_contract_row (LIKE office.runs INCLUDING DEFAULTS)",
     "CREATE UNIQUE INDEX IF NOT EXISTS bench_contract_row_id ON public.bench_contract_row (id)",
     "CREATE UNIQUE INDEX IF NOT EXISTS bench_contract_row_key"
     " ON public.bench_contract_row (idempotency_key) WHERE idempotency_key IS NOT NULL",
-    "TRUNCATE public.bench_contract_row",
 )
 CONTRACT_ROW = (
     "INSERT INTO public.bench_contract_row (agent_profile_id, reason, payload, idempotency_key,"
@@ -102,16 +101,20 @@ _batch = itertools.count()
 
 
 def reset(dsn: str) -> None:
-    """Empty every office table but the agents and the floor tables, then checkpoint."""
+    """Empty the floor tables, the contract's row table (each made if it is
+    missing) and every office table but the agents, then checkpoint."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        for statement in FLOOR_TABLES:
+        for statement in FLOOR_TABLES + CONTRACT_TABLE:
             conn.execute(statement)
         tables = conn.execute(
             "SELECT string_agg(format('%I.%I', schemaname, tablename), ', ') FROM pg_tables"
             " WHERE schemaname = 'office' AND tablename <> 'agent_profiles'"
         ).fetchone()
         office_tables = tables[0] if tables else "office.runs"
-        conn.execute(f"TRUNCATE public.bench_floor, public.bench_queue, {office_tables}")
+        conn.execute(
+            "TRUNCATE public.bench_floor, public.bench_queue, public.bench_contract_row,"
+            f" {office_tables}"
+        )
         conn.execute(
             "SELECT office.upsert_agent('bench-agent-' || n, 'bench')"
             " FROM generate_series(0, %s) n",
@@ -224,14 +227,9 @@ def _wal_batches(
         with psycopg.connect(dsn, autocommit=True) as conn:
             inspect = kind == "enqueue" and _walinspect(conn)
             for phase in WAL_PHASES:
-                if kind == "contract" and phase != WAL_PHASES[1]:
-                    for statement in CONTRACT_TABLE:
-                        conn.execute(statement)
                 if phase == WAL_PHASES[2]:
                     reset(dsn)
                     _grow(conn, also_contract=kind == "contract")
-                elif phase == WAL_PHASES[0]:
-                    conn.execute("CHECKPOINT")
                 start = _lsn(conn)
                 for i in range(calls):
                     # The same keys for all: each key index pays the same splits.

@@ -147,21 +147,19 @@ def daemon_statements(db: psycopg.Connection[Any]) -> int:
 
 def freeze_holding(
     db: psycopg.Connection[Any], proc: subprocess.Popen[bytes], consumer: str
-) -> int:
+) -> None:
     """Stop the daemon (SIGSTOP) at a moment it holds claimed, unacknowledged
-    events, and return how many: what a kill that follows leaves behind.
-    Seeing it hold a batch and then killing it is not enough: it may
-    acknowledge the batch in between (once the backlog is drained, it then
-    holds nothing)."""
+    events: what a kill that follows leaves behind. Seeing it hold a batch
+    and then killing it is not enough: it may acknowledge the batch in
+    between (once the backlog is drained, it then holds nothing)."""
     for _ in range(20):
         wait_for(partial(in_flight, db, consumer), "the daemon to hold a batch")
         proc.send_signal(signal.SIGSTOP)
         # A statement sent before the stop still runs to its end (an
         # acknowledgement may commit): count once none is running.
         wait_for(lambda: daemon_statements(db) == 0, "the stopped daemon's statements to end")
-        held = in_flight(db, consumer)
-        if held > 0:
-            return held
+        if in_flight(db, consumer) > 0:
+            return
         proc.send_signal(signal.SIGCONT)
     raise AssertionError("the daemon never held a batch when stopped")
 
