@@ -1,3 +1,3 @@
 """office control plane: the thin Python layer over the office PostgreSQL extension."""
 
-__version__ = "0.4.0"
+__version__ = "0.5.0"

@@ -9,7 +9,7 @@ the hand-written routing core ``sql/proxy/proxy_base.sql``. A function
 missing from ``ROUTES`` fails the generation, so a new shard function cannot
 be forgotten on the proxy.
 
-    python -m controlplane.proxy DSN > sql/proxy/office_proxy--0.4.0.sql
+    python -m controlplane.proxy DSN > sql/proxy/office_proxy--0.5.0.sql
 
 The SQL of each wrapper is :mod:`controlplane.proxy_wrappers`'s; the
 routing kinds are listed in :mod:`controlplane.proxy_routes`.

@@ -100,7 +100,7 @@ GRANT USAGE ON SCHEMA office TO office_producer, office_worker, office_reader, o
 CREATE FUNCTION office.schema_version() RETURNS text
     LANGUAGE sql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
-    RETURN '0.4.0';
+    RETURN '0.5.0';
 COMMENT ON FUNCTION office.schema_version() IS
     'The installed office schema version; every upgrade script replaces it.';
 REVOKE EXECUTE ON FUNCTION office.schema_version() FROM PUBLIC;

@@ -65,11 +65,12 @@ def old_extension(empty_database: str) -> Iterator[Conn]:
         yield conn
 
 
-def test_the_current_version_is_0_4_0(db: Conn) -> None:
-    # 0.4.0 (hardening, remembered keys, leases) followed 0.3.0 (tasks and the
-    # event outbox); the steps below stop at 0.2.0 on purpose.
-    assert schema.current_version() == "0.4.0"
-    assert version(db) == ("0.4.0", "0.4.0")
+def test_the_current_version_is_0_5_0(db: Conn) -> None:
+    # 0.5.0 (the red team's hardening, wake governance) followed 0.4.0
+    # (hardening, remembered keys, leases); the steps below stop at 0.2.0 on
+    # purpose.
+    assert schema.current_version() == "0.5.0"
+    assert version(db) == ("0.5.0", "0.5.0")
 
 
 def test_0_1_0_has_no_entry_triggered_and_enqueues(old_extension: Conn) -> None:
