@@ -141,7 +141,7 @@ def main() -> None:
 
     newest = _load(args.dsn)
     rows: list[tuple[str, float, float, int]] = []
-    with TestClient(create_app(args.dsn)) as http:
+    with TestClient(create_app(args.dsn), base_url="http://127.0.0.1:8765") as http:
         for name, template in PAGES:
             path = template.format(run=newest)
             status = http.get(path).status_code  # warm: the pool, the plans

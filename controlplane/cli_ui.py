@@ -6,14 +6,35 @@ install them instead of failing on an import.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import click
 
 from controlplane.cli_base import Context, connect, one_line_errors, stdout
 
 
+def _host_names(_ctx: click.Context, _param: click.Parameter, value: tuple[str, ...]) -> list[str]:
+    from controlplane.ui.app import host_name
+
+    for name in value:
+        if not host_name(name):
+            raise click.BadParameter(f"{name!r} is not a host name or address")
+    return list(value)
+
+
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535))
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    callback=_host_names,
+    metavar="NAME",
+    help="A host name (or address) the browser may use in the URL, besides the bound "
+    "address (and localhost names when that is a loopback or every address); "
+    "repeatable. Any other Host header is refused (400).",
+)
 @click.option(
     "--allow-actions",
     is_flag=True,
@@ -22,13 +43,21 @@ from controlplane.cli_base import Context, connect, one_line_errors, stdout
 )
 @click.pass_obj
 @one_line_errors
-def ui(obj: Context, host: str, port: int, allow_actions: bool) -> None:
+def ui(obj: Context, host: str, port: int, allowed_hosts: list[str], allow_actions: bool) -> None:
     """The operator's dashboard: server-rendered pages over office's views
     and functions, read-only unless --allow-actions."""
-    serve(obj.database_url(), host=host, port=port, allow_actions=allow_actions)
+    serve(
+        obj.database_url(),
+        host=host,
+        port=port,
+        allow_actions=allow_actions,
+        allowed_hosts=allowed_hosts,
+    )
 
 
-def serve(url: str, *, host: str, port: int, allow_actions: bool) -> None:
+def serve(
+    url: str, *, host: str, port: int, allow_actions: bool, allowed_hosts: Sequence[str] = ()
+) -> None:
     """Serve the dashboard on ``url`` until Ctrl-C (``officectl ui``, and
     ``officectl demo --ui`` after its race)."""
     try:
@@ -41,7 +70,7 @@ def serve(url: str, *, host: str, port: int, allow_actions: bool) -> None:
             "pip install 'office-controlplane[ui]'"
         ) from None
     connect(url).close()  # a wrong DSN is one line now, not a banner later
-    app = create_app(url, allow_actions=allow_actions)
+    app = create_app(url, allow_actions=allow_actions, host=host, allowed_hosts=allowed_hosts)
     shown = f"[{host}]" if ":" in host else host
     stdout.print(
         f"officectl ui on http://{shown}:{port}/ "

@@ -14,7 +14,7 @@ from starlette.testclient import TestClient
 
 from controlplane.ui import create_app
 from tests.proxy.topology import Topology, plproxy_missing, topology
-from tests.scenarios.ui import csrf_of, stat
+from tests.scenarios.ui import browse, csrf_of, stat
 
 _MISSING = plproxy_missing()
 pytestmark = pytest.mark.skipif(_MISSING is not None, reason=_MISSING or "")
@@ -57,7 +57,7 @@ def world(topo: Topology) -> dict[int, str]:
 
 @pytest.fixture
 def http(topo: Topology, world: dict[int, str]) -> Iterator[TestClient]:
-    with TestClient(create_app(topo.proxy, allow_actions=True)) as client:
+    with browse(create_app(topo.proxy, allow_actions=True)) as client:
         yield client
 
 

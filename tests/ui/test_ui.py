@@ -6,6 +6,7 @@ hostile values escaped, a database that is down shown as a banner."""
 
 from __future__ import annotations
 
+import html
 import os
 import re
 import secrets
@@ -28,7 +29,7 @@ from controlplane.migrate import migrate
 from controlplane.ui import app, chart, create_app
 from controlplane.ui.queries import PAGE_SIZE
 from tests import harness
-from tests.scenarios.ui import csrf_of, stat
+from tests.scenarios.ui import ORIGIN, browse, csrf_of, stat
 
 HOSTILE = "<script>alert('x')</script>\"'&"
 
@@ -53,13 +54,13 @@ def office(db: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
 
 @pytest.fixture
 def client(dsn: str, office: psycopg.Connection[Any]) -> Iterator[TestClient]:
-    with TestClient(create_app(dsn)) as http:
+    with browse(create_app(dsn)) as http:
         yield http
 
 
 @pytest.fixture
 def actions(dsn: str, office: psycopg.Connection[Any]) -> Iterator[TestClient]:
-    with TestClient(create_app(dsn, allow_actions=True)) as http:
+    with browse(create_app(dsn, allow_actions=True)) as http:
         yield http
 
 
@@ -231,6 +232,114 @@ def test_post_without_csrf_is_refused(actions: TestClient, office: psycopg.Conne
     )
 
 
+def queued_run(office: psycopg.Connection[Any]) -> str:
+    row = office.execute("SELECT id FROM office.runs WHERE idempotency_key = 'issue:2'").fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def status_of(office: psycopg.Connection[Any], run_id: str) -> str:
+    row = office.execute("SELECT status FROM office.runs WHERE id = %s", (run_id,)).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def test_a_host_the_dashboard_does_not_serve_is_refused(
+    actions: TestClient, office: psycopg.Connection[Any]
+) -> None:
+    """DNS rebinding: a name the attacker points at the dashboard's address
+    reaches it with its own Host header; that page must not answer (it would
+    give the CSRF token to the attacker's script), nor its POST."""
+    run_id = queued_run(office)
+    token = csrf_of(actions.get("/actions/cancel_run", params={"target": run_id}).text)
+    evil = {"Host": "rebind.evil.example:8765", "Origin": "http://rebind.evil.example:8765"}
+    for path in ("/", "/runs", f"/runs/{run_id}", "/static/office.css"):
+        page = actions.get(path, headers=evil)
+        assert page.status_code == 400, path
+        assert "does not serve the host" in page.text and "csrf" not in page.text, path
+    confirm = actions.get("/actions/cancel_run", params={"target": run_id}, headers=evil)
+    assert confirm.status_code == 400 and token not in confirm.text
+    posted = actions.post(
+        "/actions/cancel_run", data={"csrf": token, "target": run_id}, headers=evil
+    )
+    assert posted.status_code == 400 and status_of(office, run_id) == "queued"
+    # The unspecified address names no host; a Host with a junk port is no host.
+    for host in ("0.0.0.0:8765", "127.0.0.1:x", "", "127.0.0.1.evil.example"):
+        assert actions.get("/", headers={"Host": host}).status_code == 400, host
+    # A loopback bind answers the loopback names, with or without a port.
+    for host in ("127.0.0.1", "localhost:8765", "LOCALHOST.", "[::1]:8765"):
+        assert actions.get("/", headers={"Host": host}).status_code == 200, host
+
+
+def test_allowed_hosts_and_the_bound_address(dsn: str, office: psycopg.Connection[Any]) -> None:
+    with browse(create_app(dsn, allowed_hosts=["Dash.Example"])) as http:
+        assert http.get("/", headers={"Host": "dash.example:8765"}).status_code == 200
+        assert http.get("/", headers={"Host": "other.example"}).status_code == 400
+    # Bound to a LAN address: that address, not the loopback names.
+    with browse(create_app(dsn, host="192.0.2.7")) as http:
+        assert http.get("/", headers={"Host": "192.0.2.7:8765"}).status_code == 200
+        assert http.get("/", headers={"Host": "localhost:8765"}).status_code == 400
+    # Bound to every address: the loopback names and --allowed-host only.
+    with browse(create_app(dsn, host="0.0.0.0", allowed_hosts=["192.0.2.7"])) as http:
+        assert http.get("/", headers={"Host": "localhost:8765"}).status_code == 200
+        assert http.get("/", headers={"Host": "192.0.2.7"}).status_code == 200
+        assert http.get("/", headers={"Host": "0.0.0.0:8765"}).status_code == 400
+
+
+def test_a_post_not_from_the_dashboards_own_pages_is_refused(
+    actions: TestClient, office: psycopg.Connection[Any]
+) -> None:
+    """A POST with the right token but another site's Origin (or Referer,
+    when it sends no Origin), or with neither, changes nothing (403)."""
+    run_id = queued_run(office)
+    token = csrf_of(actions.get("/actions/cancel_run", params={"target": run_id}).text)
+    form = {"csrf": token, "target": run_id}
+    for origin in (
+        "http://rebind.evil.example:8765",
+        "null",
+        "http://127.0.0.1:9999",
+        "https://127.0.0.1:8765",
+    ):
+        refused = actions.post("/actions/cancel_run", data=form, headers={"Origin": origin})
+        assert refused.status_code == 403 and "another site" in refused.text, origin
+    del actions.headers["Origin"]
+    refused = actions.post(
+        "/actions/cancel_run", data=form, headers={"Referer": "http://evil.example/x"}
+    )
+    assert refused.status_code == 403 and "another site" in refused.text
+    refused = actions.post("/actions/cancel_run", data=form)
+    assert refused.status_code == 403 and "own Origin or Referer" in refused.text
+    assert status_of(office, run_id) == "queued"
+    # The dashboard's own Referer, when a browser sends no Origin, is enough.
+    done = actions.post(
+        "/actions/cancel_run", data=form, headers={"Referer": f"{ORIGIN}/actions/cancel_run"}
+    )
+    assert done.status_code == 200 and status_of(office, run_id) == "cancelled"
+
+
+def test_every_response_forbids_framing_and_foreign_content(
+    actions: TestClient, office: psycopg.Connection[Any]
+) -> None:
+    responses = [
+        actions.get("/"),
+        actions.get("/actions/sweep"),
+        actions.get("/static/office.css"),
+        actions.get("/runs/no-such-run"),
+        actions.get("/no/such/page"),
+        actions.get("/", headers={"Host": "rebind.evil.example"}),
+        actions.post("/actions/sweep", headers={"Origin": "http://evil.example"}),
+    ]
+    with browse(create_app("postgresql://nobody@127.0.0.1:1/none", timeout=1)) as down:
+        responses.append(down.get("/"))
+    assert [r.status_code for r in responses] == [200, 200, 200, 404, 404, 400, 403, 503]
+    for response in responses:
+        assert response.headers["X-Frame-Options"] == "DENY", response.url
+        csp = response.headers["Content-Security-Policy"]
+        for directive in ("frame-ancestors 'none'", "default-src 'self'", "script-src 'none'"):
+            assert directive in csp, response.url
+        assert response.headers["X-Content-Type-Options"] == "nosniff"
+
+
 def test_actions_off_are_absent_and_refused(
     client: TestClient, office: psycopg.Connection[Any]
 ) -> None:
@@ -251,7 +360,7 @@ def test_office_reader_sees_every_page_and_may_not_act(
     reader = dsn + "?options=-crole%3Doffice_reader"
     row = office.execute("SELECT id FROM office.runs ORDER BY id DESC LIMIT 1").fetchone()
     assert row is not None
-    with TestClient(create_app(reader, allow_actions=True)) as http:
+    with browse(create_app(reader, allow_actions=True)) as http:
         overview = http.get("/")
         assert overview.status_code == 200 and "as office_reader" in overview.text
         # The pages read through the dashboard's functions (granted to
@@ -273,7 +382,7 @@ def test_a_role_without_office_grants_is_told_what_it_may_not_see(
     name = f"ui_stranger_{secrets.token_hex(6)}"
     office.execute(f"CREATE ROLE {name}")
     try:
-        with TestClient(create_app(dsn + f"?options=-crole%3D{name}")) as http:
+        with browse(create_app(dsn + f"?options=-crole%3D{name}")) as http:
             runs = http.get("/runs")
             assert runs.status_code == 403 and "Not visible to this role" in runs.text
             assert "Traceback" not in runs.text
@@ -285,7 +394,7 @@ def test_a_page_past_its_statement_timeout_says_so_and_the_next_one_works(
     dsn: str, office: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(app, "STATEMENT_TIMEOUT", "300ms")
-    with TestClient(create_app(dsn)) as http, psycopg.connect(dsn) as locker:
+    with browse(create_app(dsn)) as http, psycopg.connect(dsn) as locker:
         assert http.get("/runs").status_code == 200
         locker.execute("LOCK TABLE office.runs IN ACCESS EXCLUSIVE MODE")
         page = http.get("/runs")  # waits on the lock until statement_timeout
@@ -325,7 +434,7 @@ def test_the_database_stopped_under_the_ui_is_a_banner_until_it_is_back() -> Non
     with harness.throwaway_cluster() as cluster:
         url = f"postgresql://postgres@127.0.0.1:{cluster.port}/postgres"
         migrate(url)  # the plain-SQL install: no extension files needed there
-        with TestClient(create_app(url, timeout=2)) as http:
+        with browse(create_app(url, timeout=2)) as http:
             assert http.get("/runs").status_code == 200
             cluster.stop()
             for path in ("/", "/runs"):
@@ -337,7 +446,7 @@ def test_the_database_stopped_under_the_ui_is_a_banner_until_it_is_back() -> Non
 
 
 def test_database_down_is_a_banner() -> None:
-    with TestClient(create_app("postgresql://nobody:s3cret@127.0.0.1:1/none", timeout=1)) as http:
+    with browse(create_app("postgresql://nobody:s3cret@127.0.0.1:1/none", timeout=1)) as http:
         for path in ("/", "/runs", "/agents"):
             page = http.get(path)
             assert page.status_code == 503
@@ -392,10 +501,13 @@ def served(dsn: str, *args: str) -> Iterator[tuple[str, str]]:
 
 
 def test_officectl_ui_serves_and_prints_its_url(dsn: str, office: psycopg.Connection[Any]) -> None:
-    with served(dsn) as (url, line):
+    with served(dsn, "--allowed-host", "dash.example") as (url, line):
         assert url in line and "read-only" in line
         page = httpx.get(url, timeout=10)
         assert page.status_code == 200 and 'data-stat="runs-queued"' in page.text
+        named = httpx.get(url, headers={"Host": "dash.example"}, timeout=10)
+        assert named.status_code == 200 and 'data-stat="runs-queued"' in named.text
+        assert httpx.get(url, headers={"Host": "evil.example"}, timeout=10).status_code == 400
 
 
 CHROMIUM = shutil.which("chromium")
@@ -486,6 +598,58 @@ def test_task_page_shows_the_family_and_the_sweep_unsticks_it(
     assert actions.get("/tasks/nope").status_code == 404
 
 
+#: Valid ids (no ',', ':' or control character) that a URL must encode. (One
+#: with a "%" is in the browser's test: Starlette's TestClient decodes a path
+#: twice, uvicorn once.)
+PATH_IDS = ("a/b", "../actions/sweep", "..", "sp ace?#&")
+
+
+def test_ids_with_a_slash_have_their_pages(
+    actions: TestClient, office: psycopg.Connection[Any]
+) -> None:
+    """Every link to an id leads to that id's page: a "/" is encoded, so
+    ``../actions/sweep`` is a task, not the sweep's confirmation."""
+    office.execute("SELECT office.create_task('w1', 'root', 'the root')")
+    for i, task_id in enumerate(PATH_IDS):
+        office.execute(
+            "SELECT office.create_task('w1', %s, %s, parent_id => 'root')",
+            (task_id, f"title-{i}"),
+        )
+        office.execute(
+            "SELECT office.create_routine('w1', %s, '{}', 'a1', id => %s)",
+            (f"routine-{i}", task_id),
+        )
+    links = re.compile(r'<a href="([^"]+)">([^<]+)</a>')
+    for listing, kind, shown in (
+        ("/tasks", "/tasks/", "title-"),
+        ("/tasks/root", "/tasks/", "title-"),
+        ("/routines", "/routines/", "routine-"),
+    ):
+        found = {
+            html.unescape(text): html.unescape(href)
+            for href, text in links.findall(actions.get(listing).text)
+            if href.startswith(kind)
+        }
+        for i, entity_id in enumerate(PATH_IDS):
+            href = found[entity_id]
+            page = actions.get(href)
+            assert page.status_code == 200, (listing, entity_id, href)
+            assert f"{shown}{i}" in page.text, (listing, entity_id, href)
+    assert found["a/b"] == "/routines/a%2Fb"
+    assert found["../actions/sweep"] == "/routines/..%2Factions%2Fsweep"
+    assert found[".."] == "/routines/?id=.."
+    # An action's link carries the id as a query value: its confirmation
+    # names that routine.
+    routine = actions.get("/routines/..%2Factions%2Fsweep").text
+    fire = re.search(r'href="(/actions/fire_routine\?[^"]+)"', routine)
+    assert fire
+    confirm = actions.get(html.unescape(fire.group(1))).text
+    assert '<input type="hidden" name="target" value="../actions/sweep">' in confirm
+    # A detail path with no id is its list.
+    listed = actions.get("/tasks/", follow_redirects=False)
+    assert listed.status_code in (302, 303, 307) and listed.headers["location"] == "/tasks"
+
+
 def test_routines_wakeups_and_events_pages(
     actions: TestClient, family: psycopg.Connection[Any]
 ) -> None:
@@ -531,6 +695,8 @@ def test_pages_run_under_a_statement_timeout(client: TestClient) -> None:
 
 
 CHROMEDRIVER = shutil.which("chromedriver")
+#: Task ids a browser would resolve or split if the link did not encode them.
+BROWSER_IDS = {"../actions/sweep": "not the sweep", "a/b%2Fc": "percent", "..": "dots"}
 
 
 @pytest.mark.skipif(
@@ -550,6 +716,10 @@ def test_click_through_in_a_real_browser(
 
     run = family.execute("SELECT id FROM office.runs WHERE idempotency_key = 'issue:2'").fetchone()
     assert run is not None
+    for task_id, title in BROWSER_IDS.items():
+        family.execute(
+            "SELECT office.create_task('w1', %s, %s, parent_id => 'epic')", (task_id, title)
+        )
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
     for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--window-size=1100,1500"):
@@ -576,6 +746,15 @@ def test_click_through_in_a_real_browser(
             assert run[0] in page and "issue:2" in page
             epic = visit("/tasks/epic", "task")
             assert HOSTILE in epic  # the hostile title is shown as text, escaped
+            # A child's link leads to its page, whatever its id holds.
+            for task_id, title in BROWSER_IDS.items():
+                visit("/tasks/epic", "task-again")
+                driver.find_element(By.LINK_TEXT, task_id).click()
+                child = WebDriverWait(driver, 60).until(
+                    expected_conditions.presence_of_element_located((By.TAG_NAME, "h2"))
+                )
+                assert child.text == f"Task {task_id}: {title}", task_id
+                assert console_errors() == [], task_id
             # One action through its confirmation: cancel the run.
             visit(f"/runs/{run[0]}", "run-again")
             driver.find_element(By.CSS_SELECTOR, "a[href*='/actions/cancel_run']").click()
