@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import json
 import logging
 import secrets
 import threading
@@ -155,6 +156,11 @@ def id_url(prefix: str, value: object) -> str:
     return prefix + quote(text, safe="")
 
 
+def _json(value: object) -> str:
+    """A stored JSON value as JSON (sorted, indented), not Python's repr."""
+    return json.dumps(value, sort_keys=True, indent=2, ensure_ascii=False)
+
+
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(HERE / "templates"),
@@ -162,6 +168,7 @@ def _environment() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
     )
     env.filters["age"] = _age
+    env.filters["json"] = _json
     env.globals["id_url"] = id_url
     return env
 

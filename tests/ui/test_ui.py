@@ -7,6 +7,7 @@ hostile values escaped, a database that is down shown as a banner."""
 from __future__ import annotations
 
 import html
+import json
 import os
 import re
 import secrets
@@ -648,6 +649,19 @@ def test_ids_with_a_slash_have_their_pages(
     # A detail path with no id is its list.
     listed = actions.get("/tasks/", follow_redirects=False)
     assert listed.status_code in (302, 303, 307) and listed.headers["location"] == "/tasks"
+
+
+def test_event_payloads_are_json(actions: TestClient, family: psycopg.Connection[Any]) -> None:
+    family.execute(
+        "UPDATE office.events SET payload = %s::jsonb",
+        (json.dumps({"b": [True, None, 1.5], "a": "it's <x>"}),),
+    )
+    page = actions.get("/events").text
+    shown = [html.unescape(p) for p in re.findall(r'<pre class="json">(.*?)</pre>', page, re.S)]
+    assert shown and len(shown) == page.count('<tr class="row">')
+    expected = json.dumps({"a": "it's <x>", "b": [True, None, 1.5]}, sort_keys=True, indent=2)
+    assert set(shown) == {expected}
+    assert "True" not in page and "None" not in page and "&lt;x&gt;" in page
 
 
 def test_routines_wakeups_and_events_pages(
