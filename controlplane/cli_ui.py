@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import click
+import psycopg
 
-from controlplane.cli_base import Context, connect, one_line_errors, stdout
+from controlplane.cli_base import Context, connect, describe, one_line_errors, stderr, stdout
 
 
 def _host_names(_ctx: click.Context, _param: click.Parameter, value: tuple[str, ...]) -> list[str]:
@@ -69,7 +70,20 @@ def serve(
             f"officectl ui needs the ui extra ({exc.name} is missing): "
             "pip install 'office-controlplane[ui]'"
         ) from None
-    connect(url).close()  # a wrong DSN is one line now, not a banner later
+    try:
+        # A malformed DSN (ProgrammingError) is one line now, not a banner later.
+        connect(url).close()
+    except psycopg.OperationalError as exc:
+        # The server is down or refuses: the pages show the banner and come
+        # back by themselves once it answers, as they do when it goes away
+        # while they run; the terminal says why it does not answer now.
+        stderr.print(
+            f"officectl ui: the database does not answer yet ({describe(exc)}); "
+            "the pages show a banner until it does",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
     app = create_app(url, allow_actions=allow_actions, host=host, allowed_hosts=allowed_hosts)
     shown = f"[{host}]" if ":" in host else host
     stdout.print(

@@ -455,6 +455,28 @@ def test_database_down_is_a_banner() -> None:
             assert "Traceback" not in page.text and "s3cret" not in page.text
 
 
+@pytest.mark.skipif(
+    not (harness.pg_bindir() / "pg_ctl").exists(), reason="no pg_ctl for a second cluster"
+)
+def test_officectl_ui_started_while_the_database_is_down_serves_the_banner() -> None:
+    """``officectl ui`` on a server that is not running: it serves the banner
+    (and says why on stderr), then the pages once the server is up."""
+    with harness.throwaway_cluster() as cluster:
+        url = cluster.url()
+        migrate(url)
+        cluster.stop()
+        with served(url) as (base, line):
+            assert "officectl ui on" in line
+            for path in ("", "runs"):
+                page = httpx.get(base + path, timeout=30)
+                assert page.status_code == 503, path
+                assert "The database is not reachable" in page.text, path
+            cluster.start()
+            assert httpx.get(base, timeout=30).status_code == 200
+            runs = httpx.get(base + "runs", timeout=30)
+            assert runs.status_code == 200 and "no runs match" in runs.text
+
+
 def test_recovers_when_the_server_drops_its_connections(
     client: TestClient, office: psycopg.Connection[Any], dsn: str
 ) -> None:
