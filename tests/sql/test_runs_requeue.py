@@ -291,9 +291,7 @@ def test_cancel_runs_racing_claims_never_fails_and_counts_what_it_cancelled(
         def canceller(order: list[str]) -> Callable[[Conn], int]:
             return lambda conn: int(value(conn, "SELECT office.cancel_runs(%s, 'ops')", [order]))
 
-        outcomes = concurrently(
-            [claimer, claimer, canceller(ids), canceller(list(reversed(ids)))]
-        )
+        outcomes = concurrently([claimer, claimer, canceller(ids), canceller(list(reversed(ids)))])
         errors = [o.error for o in outcomes if o.error is not None]
         assert errors == []
         assert outcomes[2].value + outcomes[3].value == len(ids)
