@@ -7,16 +7,39 @@ standard input."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
 import controlplane
-from tests.client.test_cli import OFFICECTL, _env, officectl, ok_json
 
 Conn = psycopg.Connection[Any]
+OFFICECTL = str(Path(sys.executable).with_name("officectl"))
+
+
+def _env() -> dict[str, str]:
+    # The coalesce window is an hour, as in test_cli.py: two officectl calls
+    # on a loaded machine may be more than the default 5 s apart.
+    env = {k: v for k, v in os.environ.items() if k != "OFFICE_DSN"}
+    env["PGOPTIONS"] = (env.get("PGOPTIONS", "") + " -c office.coalesce_window=1h").strip()
+    return env
+
+
+def officectl(dsn: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [OFFICECTL, "--dsn", dsn, *args], capture_output=True, text=True, env=_env(), timeout=120
+    )
+
+
+def ok_json(dsn: str, *args: str) -> Any:
+    result = officectl(dsn, *args, "--json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
 
 
 @pytest.fixture
