@@ -236,7 +236,12 @@ class EmbeddedDatabase:
         )
 
     def _check_port_free(self, port: int) -> None:
+        # SO_REUSEADDR, as the postmaster binds its own socket: the
+        # connections of a server just stopped linger in TIME-WAIT on its
+        # port for a minute, and they do not keep it from listening there.
+        # A socket listening on the port still makes the bind fail.
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 probe.bind(("127.0.0.1", port))
             except OSError as exc:
