@@ -28,6 +28,7 @@ from rich.table import Table
 from controlplane import embedded
 from controlplane.client import Office
 from controlplane.errors import OfficeError
+from controlplane.metrics_registry import MetricsPortUnusable
 from controlplane.observability import DEDUP_LOGGER
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -127,7 +128,14 @@ def one_line_errors(func: F) -> F:
         ctx = click.get_current_context().find_object(Context)
         try:
             return func(*args, **kwargs)
-        except (OfficeError, embedded.EmbeddedError, psycopg.Error, ValueError, LookupError) as exc:
+        except (
+            OfficeError,
+            embedded.EmbeddedError,
+            MetricsPortUnusable,
+            psycopg.Error,
+            ValueError,
+            LookupError,
+        ) as exc:
             if ctx is not None and ctx.debug:
                 raise
             raise click.ClickException(describe(exc)) from None
