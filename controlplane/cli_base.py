@@ -45,16 +45,18 @@ class Context:
     dsn: str | None
     debug: bool
 
-    def database_url(self) -> str:
-        """The explicit DSN, or the embedded database (started if needed)."""
+    def database_url(self, embedded_database: str = embedded.DATABASE) -> str:
+        """The explicit DSN, or ``embedded_database`` of the embedded cluster
+        (started if needed)."""
         if self.dsn:
             return self.dsn
-        status = embedded.EmbeddedDatabase().ensure_running()
+        status = embedded.EmbeddedDatabase().ensure_running(database=embedded_database)
+        url = status.url_of(embedded_database)
         stderr.print(
-            f"[dim]using the embedded PostgreSQL {status.server_version} at {status.url} "
+            f"[dim]using the embedded PostgreSQL {status.server_version} at {url} "
             f"(data: {status.data_dir})[/dim]"
         )
-        return status.url
+        return url
 
 
 # --- --dsn, defined once --------------------------------------------------------
