@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=$PWD/.venv/bin
 PG15_BIN=${OFFICE_BENCH_PG_BIN:-/usr/lib/postgresql/15/bin}
-PORT=${OFFICE_BENCH_PORT:-55440}
+PORT=${OFFICE_BENCH_PORT:-26440}  # below the ephemeral range (tests/ports.py)
 DIR=${OFFICE_BENCH_DIR:-/var/tmp/office-bench}
 SECONDS_PER_CASE=${OFFICE_BENCH_SECONDS:-10}
 

@@ -16,11 +16,13 @@ import logging
 import click
 
 from controlplane import (
+    __version__,
     cli_cluster,
     cli_doctor,
     cli_observe,
     cli_queue,
     cli_run,
+    cli_runs,
     cli_ui,
     cli_worker,
 )
@@ -31,6 +33,7 @@ __all__ = ["Context", "main", "one_line_errors"]
 
 
 @click.group()
+@click.version_option(__version__, "--version", prog_name="officectl")
 @dsn_option(on_group=True)
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
 @click.pass_context
@@ -44,6 +47,7 @@ main.add_command(migrate)
 main.add_command(db)
 for _command in (
     *cli_queue.COMMANDS,
+    *cli_runs.COMMANDS,
     *cli_observe.COMMANDS,
     *cli_doctor.COMMANDS,
     *cli_cluster.COMMANDS,

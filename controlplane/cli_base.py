@@ -28,6 +28,7 @@ from rich.table import Table
 from controlplane import embedded
 from controlplane.client import Office
 from controlplane.errors import OfficeError
+from controlplane.metrics_registry import MetricsPortUnusable
 from controlplane.observability import DEDUP_LOGGER
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -44,16 +45,18 @@ class Context:
     dsn: str | None
     debug: bool
 
-    def database_url(self) -> str:
-        """The explicit DSN, or the embedded database (started if needed)."""
+    def database_url(self, embedded_database: str = embedded.DATABASE) -> str:
+        """The explicit DSN, or ``embedded_database`` of the embedded cluster
+        (started if needed)."""
         if self.dsn:
             return self.dsn
-        status = embedded.EmbeddedDatabase().ensure_running()
+        status = embedded.EmbeddedDatabase().ensure_running(database=embedded_database)
+        url = status.url_of(embedded_database)
         stderr.print(
-            f"[dim]using the embedded PostgreSQL {status.server_version} at {status.url} "
+            f"[dim]using the embedded PostgreSQL {status.server_version} at {url} "
             f"(data: {status.data_dir})[/dim]"
         )
-        return status.url
+        return url
 
 
 # --- --dsn, defined once --------------------------------------------------------
@@ -127,7 +130,14 @@ def one_line_errors(func: F) -> F:
         ctx = click.get_current_context().find_object(Context)
         try:
             return func(*args, **kwargs)
-        except (OfficeError, embedded.EmbeddedError, psycopg.Error, ValueError, LookupError) as exc:
+        except (
+            OfficeError,
+            embedded.EmbeddedError,
+            MetricsPortUnusable,
+            psycopg.Error,
+            ValueError,
+            LookupError,
+        ) as exc:
             if ctx is not None and ctx.debug:
                 raise
             raise click.ClickException(describe(exc)) from None

@@ -81,11 +81,17 @@ def db_start(port: int | None, settings: tuple[str, ...]) -> None:
 
 
 @db.command("url")
+@click.option(
+    "--demo",
+    is_flag=True,
+    help=f"The demo's database ({embedded.DEMO_DATABASE}) instead of {embedded.DATABASE}.",
+)
 @one_line_errors
-def db_url() -> None:
+def db_url(demo: bool) -> None:
     """Print the embedded database's URL, starting it if needed."""
-    status = embedded.EmbeddedDatabase().ensure_running()
-    click.echo(status.url)
+    database = embedded.DEMO_DATABASE if demo else embedded.DATABASE
+    status = embedded.EmbeddedDatabase().ensure_running(database=database)
+    click.echo(status.url_of(database))
 
 
 @db.command("stop")

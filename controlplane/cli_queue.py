@@ -168,10 +168,15 @@ def fire_routine(
             _assignments(variables, "--var"),
             explicit_key=explicit_key,
         )
+    # The result type stores '' for "no task" and "no run" (as the routine
+    # run's row does); the command's JSON says null for every absent value.
+    record = result.model_dump()
+    for field in ("linked_task_id", "coalesced_into_run_id"):
+        record[field] = record[field] or None
     if as_json:
-        print_json(result)
+        print_json(record)
     else:
-        print_record(f"dispatch_routine {routine}", result.model_dump())
+        print_record(f"dispatch_routine {routine}", record)
 
 
 @click.command()

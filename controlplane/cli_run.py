@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from controlplane import embedded
 from controlplane.cli_base import Context, dsn_option, one_line_errors, require_function
 from controlplane.daemon import LOOP_NAMES, Daemon, DaemonConfig, configure_logging, parse_duration
 
@@ -211,7 +212,9 @@ def demo(
     invariants (exit status 1 if one fails)."""
     from controlplane.demo import run_demo
 
-    url = obj.database_url()
+    # Without --dsn, a database of the demo's own in the embedded cluster: the
+    # default one (officectl db url, the README's quick start) stays as it was.
+    url = obj.database_url(embedded.DEMO_DATABASE)
     report = run_demo(url, seconds=seconds, seed=seed, as_json=as_json, debug=obj.debug)
     if with_ui:
         from controlplane.cli_ui import serve

@@ -16,7 +16,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import click
-from prometheus_client import start_http_server
 from psycopg_pool import ConnectionPool
 
 from controlplane import embedded
@@ -24,6 +23,7 @@ from controlplane.aio import AsyncOffice
 from controlplane.cli_base import CONNECT_TIMEOUT, Context, one_line_errors, require_function
 from controlplane.client import Office
 from controlplane.daemon import configure_logging
+from controlplane.metrics_registry import serve_metrics
 from controlplane.models import Run
 from controlplane.worker import (
     AsyncWorker,
@@ -151,7 +151,7 @@ def worker(
     worker_metrics_for()  # every series is served from the start
     server = None
     if metrics_port is not None:
-        server, _ = start_http_server(metrics_port, addr=metrics_host)
+        server = serve_metrics(metrics_port, metrics_host)
         port = int(server.server_port)
         log.info(
             "serving metrics on http://%s:%d/metrics", metrics_host, port, extra={"port": port}

@@ -10,7 +10,11 @@ data directory (``OFFICE_HOME``, default ``platformdirs.user_data_dir("office")`
 * ``<home>/data/`` — the cluster; it listens on ``127.0.0.1:<port>`` only
   (``OFFICE_EMBEDDED_PORT``, default 54329) and trusts local connections;
 * a database ``office`` with ``CREATE EXTENSION office`` (upgraded with
-  ``ALTER EXTENSION office UPDATE`` when the package is newer).
+  ``ALTER EXTENSION office UPDATE`` when the package is newer): what every
+  command without ``--dsn`` uses, and the README's quick start;
+* a database ``office_demo``, the same, that ``officectl demo`` (``make
+  demo``) writes its workspaces into, so that the demo leaves ``office`` as
+  it was.
 
 PostgreSQL refuses to run as root, so as root the server runs as a system
 user ``officepg`` (created when missing) and the directories above are made
@@ -40,6 +44,7 @@ from controlplane import schema
 
 DEFAULT_PORT = 54329
 DATABASE = "office"
+DEMO_DATABASE = "office_demo"
 SUPERUSER = "postgres"
 SERVER_OS_USER = "officepg"
 
@@ -59,7 +64,10 @@ class EmbeddedStatus:
 
     @property
     def url(self) -> str:
-        return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{DATABASE}"
+        return self.url_of(DATABASE)
+
+    def url_of(self, database: str) -> str:
+        return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{database}"
 
 
 def home() -> Path:
@@ -156,9 +164,12 @@ class EmbeddedDatabase:
         )
 
     # -- lifecycle ---------------------------------------------------------
-    def ensure_running(self, settings: dict[str, str] | None = None) -> EmbeddedStatus:
+    def ensure_running(
+        self, settings: dict[str, str] | None = None, database: str = DATABASE
+    ) -> EmbeddedStatus:
         """Start the cluster (initialising it first) unless it already runs,
-        then make sure database ``office`` has the current schema."""
+        then make sure ``database`` (``office``, or the demo's) exists and has
+        the current schema."""
         port = self.running_port()
         if port is None:
             self._prepare_directories()
@@ -170,7 +181,7 @@ class EmbeddedDatabase:
             self._start(port, settings or {})
             (self.home / "port").write_text(f"{port}\n")
         status = self.status()
-        self._install_schema(status.url)
+        self._install_schema(status.url_of(database), database)
         return status
 
     def stop(self) -> bool:
@@ -236,7 +247,12 @@ class EmbeddedDatabase:
         )
 
     def _check_port_free(self, port: int) -> None:
+        # SO_REUSEADDR, as the postmaster binds its own socket: the
+        # connections of a server just stopped linger in TIME-WAIT on its
+        # port for a minute, and they do not keep it from listening there.
+        # A socket listening on the port still makes the bind fail.
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 probe.bind(("127.0.0.1", port))
             except OSError as exc:
@@ -274,17 +290,17 @@ class EmbeddedDatabase:
             tail = "\n".join(self.log_file.read_text(errors="replace").splitlines()[-15:])
             raise EmbeddedError(f"{exc}\nserver log ({self.log_file}):\n{tail}") from None
 
-    def _install_schema(self, url: str) -> None:
+    def _install_schema(self, url: str, database: str) -> None:
         admin_url = url.rsplit("/", 1)[0] + "/postgres"
         deadline = time.monotonic() + 30
         while True:
             try:
                 with psycopg.connect(admin_url, autocommit=True, connect_timeout=5) as conn:
                     exists = conn.execute(
-                        "SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)
+                        "SELECT 1 FROM pg_database WHERE datname = %s", (database,)
                     ).fetchone()
                     if not exists:
-                        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE)))
+                        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
                 break
             except psycopg.OperationalError:
                 if time.monotonic() > deadline:

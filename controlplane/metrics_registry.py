@@ -10,13 +10,15 @@ is told apart by identity, so a fresh registry never gets a stale entry.
 
 from __future__ import annotations
 
+import errno
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
+from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
 
-__all__ = ["per_registry"]
+__all__ = ["MetricsPortUnusable", "per_registry", "serve_metrics"]
 
 M = TypeVar("M")
 
@@ -38,3 +40,23 @@ def per_registry(
             _built[key] = entry
         metrics: M = entry[1]
         return metrics
+
+
+class MetricsPortUnusable(OSError):
+    """``--metrics-port`` cannot be served; the message is the one line the
+    command prints (``officectl run``, ``officectl worker``)."""
+
+
+def serve_metrics(port: int, addr: str, registry: CollectorRegistry | None = None) -> WSGIServer:
+    """prometheus_client's endpoint on ``addr:port`` (0: any free port); a
+    port in use or not allowed is :class:`MetricsPortUnusable`, one line
+    naming the address and the option."""
+    try:
+        server, _ = start_http_server(port, addr=addr, registry=registry or REGISTRY)
+    except OSError as exc:
+        why = "is in use" if exc.errno == errno.EADDRINUSE else f"is unusable ({exc.strerror})"
+        raise MetricsPortUnusable(
+            f"cannot serve metrics: {addr}:{port} {why}; choose another --metrics-port"
+            " (0: any free port)"
+        ) from None
+    return server

@@ -29,12 +29,15 @@ from yoyo.connections import parse_uri
 from yoyo.migrations import default_migration_table
 
 from controlplane import schema
+from controlplane.errors import OfficeError
 
-# Transaction-local (is_local): yoyo runs every migration in a transaction, so
+# Transaction-local (SET LOCAL): yoyo runs every migration in a transaction, so
 # the caller's setting is back once the step commits or rolls back. The frozen
 # 0.1.0-0.3.0 scripts do not pin it themselves, and their SQL-standard bodies,
-# views, defaults and constraints bind their names when they are created.
-PIN_SEARCH_PATH = "SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);\n"
+# views, defaults and constraints bind their names when they are created. A
+# SET, not a SELECT of set_config: yoyo prints the rows of a step's first
+# statement, and `officectl migrate` would print a set_config table per step.
+PIN_SEARCH_PATH = "SET LOCAL search_path = pg_catalog, pg_temp;\n"
 
 
 def pinned(script: str) -> str:
@@ -101,6 +104,64 @@ def _pin(conn: psycopg.Connection[Any]) -> None:
     conn.execute("SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false)")
 
 
+#: The cluster-wide roles the install creates unless they exist (00_schema.sql).
+ROLES = ("office_producer", "office_worker", "office_reader", "office_admin")
+
+#: What a role without CREATEROLE needs done for it first, by one that has it
+#: (docs/operations.md, "Roles").
+PRECREATE_ROLES = (
+    "CREATE ROLE office_producer NOLOGIN; CREATE ROLE office_worker NOLOGIN;"
+    " CREATE ROLE office_reader NOLOGIN; CREATE ROLE office_admin NOLOGIN;"
+    " GRANT office_producer, office_worker, office_reader TO office_admin;"
+)
+
+
+class RolesMissing(OfficeError):
+    """The installing role cannot create (or grant) the office roles; the
+    message says what to run first."""
+
+    sqlstate = "42501"
+
+
+def check_roles(conn: psycopg.Connection[Any]) -> None:
+    """Refuse, with what to do, an install that would fail on CREATE ROLE or
+    GRANT: the office roles are missing (or office_admin is not a member of
+    the other three) and the installing role may not create roles. With the
+    roles there, the install needs no CREATEROLE."""
+    row = conn.execute(
+        "SELECT r.rolsuper OR r.rolcreaterole FROM pg_catalog.pg_roles r"
+        " WHERE r.rolname OPERATOR(pg_catalog.=) pg_catalog.current_user()"
+    ).fetchone()
+    if row is None or row[0]:
+        return
+    present = {
+        str(r[0])
+        for r in conn.execute(
+            "SELECT rolname FROM pg_catalog.pg_roles"
+            " WHERE rolname OPERATOR(pg_catalog.=) ANY (%s::pg_catalog.text[])",
+            [list(ROLES)],
+        )
+    }
+    missing = [r for r in ROLES if r not in present]
+    user = conn.info.user
+    if missing:
+        what = f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} missing"
+    else:
+        granted = conn.execute(
+            "SELECT pg_catalog.bool_and(pg_catalog.pg_has_role('office_admin', r, 'MEMBER'))"
+            " FROM pg_catalog.unnest(%s::pg_catalog.text[]) AS r",
+            [list(ROLES[:3])],
+        ).fetchone()
+        if granted is not None and granted[0]:
+            return
+        what = "office_admin is not a member of office_producer, office_worker, office_reader"
+    raise RolesMissing(
+        f"role {user} may not create roles and office needs its four roles ({what}):"
+        f" have a role with CREATEROLE run {PRECREATE_ROLES!r} (docs/operations.md, Roles),"
+        f" or ALTER ROLE {user} CREATEROLE, then run officectl migrate again"
+    )
+
+
 @dataclass(frozen=True)
 class MigrateResult:
     path: str  # "extension" or "migrations"
@@ -133,6 +194,8 @@ def migrate(dsn: str, target: str | None = None) -> MigrateResult:
             after = conn.execute("SELECT office.schema_version()").fetchone()
             version = str(after[0]) if after else before
             return MigrateResult("extension", [] if version == before else [version], version)
+
+        check_roles(conn)
 
     if bookkeeping_schema is None:
         raise ValueError("no schema on search_path exists to keep yoyo's tables in")

@@ -63,6 +63,7 @@ ROUTES: dict[str, Route] = {
     "get_run": ("entity", "run", "run_id"),
     "heartbeat_run": ("entity", "run", "run_id"),
     "retry_run": ("entity", "run", "run_id"),
+    "requeue_run": ("entity", "run", "run_id"),
     "run_keys": ("entity", "run", "run_id"),
     "dispatch_wakeup": ("entity", "wakeup", "wakeup_request_id"),
     "fail_wakeup": ("entity", "wakeup", "wakeup_request_id"),
@@ -77,6 +78,10 @@ ROUTES: dict[str, Route] = {
     "recover_stale_runs": "sum",
     "prune_events": "sum",
     "prune_runs": "sum",
+    # Bulk run actions: every shard gets every id and changes the runs it
+    # holds (an id it does not know is skipped), so the counts add up.
+    "requeue_runs": "sum",
+    "cancel_runs": "sum",
     "mark_all_parents": "sum",
     "list_stuck_parents": ("ordered", "max_rows", 'parent_task_id COLLATE "C"'),
     "due_routine_triggers": (

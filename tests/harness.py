@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import threading
@@ -21,10 +20,12 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import sql
 
+from tests import ports
+
 T = TypeVar("T")
 
 HOST = os.environ.get("OFFICE_TEST_HOST", "127.0.0.1")
-PORT = int(os.environ.get("OFFICE_TEST_PORT", "55432"))
+PORT = int(os.environ.get("OFFICE_TEST_PORT", str(ports.TEST_PORT)))
 USER = os.environ.get("OFFICE_TEST_USER", "postgres")
 LABEL = os.environ.get("OFFICE_TEST_LABEL", "dev")
 
@@ -197,10 +198,9 @@ def _as_postgres(cmd: list[str]) -> list[str]:
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port on 127.0.0.1 that nothing is bound to right now, below the
+    ephemeral range (:mod:`tests.ports`)."""
+    return ports.free_port()
 
 
 class Cluster:

@@ -17,8 +17,8 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 BIN=$ROOT/.venv/bin
 PG15_BIN=/usr/lib/postgresql/15/bin
-free_port() {  # a TCP port on 127.0.0.1 that nothing listens on right now
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+free_port() {  # a TCP port on 127.0.0.1 that nothing is bound to, below the ephemeral range
+    python3 "$ROOT/tests/ports.py"
 }
 PG15_PORT=${OFFICE_TEST_PG15_PORT:-$(free_port)}
 PG18_PORT=${OFFICE_TEST_PG18_PORT:-$(free_port)}

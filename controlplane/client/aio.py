@@ -188,6 +188,9 @@ class AsyncOffice(FacadeBase):
     fail_run = async_method(Operations.fail_run)
     retry_run = async_method(Operations.retry_run)
     cancel_run = async_method(Operations.cancel_run)
+    cancel_runs = async_method(Operations.cancel_runs)
+    requeue_run = async_method(Operations.requeue_run)
+    requeue_runs = async_method(Operations.requeue_runs)
     recover_stale_runs = async_method(Operations.recover_stale_runs)
     prune_runs = async_method(Operations.prune_runs)
 

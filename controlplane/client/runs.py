@@ -5,7 +5,7 @@ statements: one flow each, shared by both clients (see
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -178,6 +178,23 @@ class RunOperations(OperationsCore):
     def cancel_run(self, run_id: str, reason: str) -> Flow[bool]:
         """``office.cancel_run``: True if the run was open and is now cancelled."""
         return (yield from self.changed(q.CANCEL_RUN, {"run_id": run_id, "reason": reason}))
+
+    def cancel_runs(self, run_ids: Sequence[str], reason: str) -> Flow[int]:
+        """``office.cancel_runs`` (since 0.5.0): each queued or claimed run of
+        ``run_ids`` cancelled, in one statement; how many (at most 10,000 ids)."""
+        params = {"run_ids": list(run_ids), "reason": reason}
+        return (yield from self.count(q.CANCEL_RUNS, params))
+
+    def requeue_run(self, run_id: str) -> Flow[bool]:
+        """``office.requeue_run`` (since 0.5.0): True if the run was failed or
+        cancelled and is queued again (same row, same key; its next claim
+        bumps the attempt)."""
+        return (yield from self.changed(q.REQUEUE_RUN, {"run_id": run_id}))
+
+    def requeue_runs(self, run_ids: Sequence[str]) -> Flow[int]:
+        """``office.requeue_runs`` (since 0.5.0): ``requeue_run`` for each of
+        ``run_ids``, in one statement; how many (at most 10,000 ids)."""
+        return (yield from self.count(q.REQUEUE_RUNS, {"run_ids": list(run_ids)}))
 
     def recover_stale_runs(self, older_than: timedelta | float) -> Flow[int]:
         """``office.recover_stale_runs``: claimed runs without a heartbeat for

@@ -151,6 +151,9 @@ class Office(FacadeBase):
     fail_run = sync_method(Operations.fail_run)
     retry_run = sync_method(Operations.retry_run)
     cancel_run = sync_method(Operations.cancel_run)
+    cancel_runs = sync_method(Operations.cancel_runs)
+    requeue_run = sync_method(Operations.requeue_run)
+    requeue_runs = sync_method(Operations.requeue_runs)
     recover_stale_runs = sync_method(Operations.recover_stale_runs)
     prune_runs = sync_method(Operations.prune_runs)
 

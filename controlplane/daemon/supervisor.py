@@ -36,7 +36,7 @@ from types import FrameType
 from typing import Any
 
 import psycopg
-from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
+from prometheus_client import REGISTRY, CollectorRegistry
 from psycopg_pool import ConnectionPool
 
 from controlplane import shards
@@ -50,6 +50,7 @@ from controlplane.daemon.stats import StatsLoop
 from controlplane.daemon.subscriber_loop import SubscriberLoop
 from controlplane.daemon.sweep import SweepLoop
 from controlplane.daemon.wakeups import WakeupLoop
+from controlplane.metrics_registry import serve_metrics
 from controlplane.observability import metrics_for, parent_wake_metrics_for, routine_run_counter
 from controlplane.shards import Database
 
@@ -135,10 +136,7 @@ class Daemon:
         cfg = self.config
         if cfg.metrics_port is None or self._server is not None:
             return
-        kwargs: dict[str, Any] = {"addr": cfg.metrics_host}
-        if self.registry is not None:
-            kwargs["registry"] = self.registry
-        self._server, _ = start_http_server(cfg.metrics_port, **kwargs)
+        self._server = serve_metrics(cfg.metrics_port, cfg.metrics_host, self.registry)
         self.metrics_port = int(self._server.server_port)
         log.info(
             "serving metrics on http://%s:%d/metrics",

@@ -15,8 +15,9 @@ Checks:
   of the other three, each has USAGE on the schema, ``office_admin`` may call
   every API function, and PUBLIC has nothing on the schema or in it;
 * settings - ``office.idempotency_window`` and ``office.coalesce_window`` are
-  non-negative intervals, ``office.notify`` is ``on`` or ``off``, wherever they
-  are set (this session, ``ALTER DATABASE``/``ALTER ROLE … SET``);
+  non-negative intervals, ``office.notify`` is ``edge`` (the default),
+  ``every`` (or ``on``) or ``off``, wherever they are set (this session,
+  ``ALTER DATABASE``/``ALTER ROLE … SET``);
 * probes - what mixed-version clients probe for (``runs.entry_triggered``);
 * workspaces - rows that reference across workspaces (a task's parent, blocker
   or assignee, a routine's assignee in another workspace): 0.4.0 refuses new

@@ -17,6 +17,10 @@ WINDOW_SETTINGS = {
     "office.coalesce_window": "5 seconds",
 }
 NOTIFY_SETTING = "office.notify"
+#: What office._signal_runs takes (API.md §3): edge (the default, also when
+#: empty), every, on (the 0.3.0 spelling of every), off; anything else fails
+#: every enqueue with 22023.
+NOTIFY_VALUES = ("edge", "every", "on", "off", "")
 
 
 # --- settings --------------------------------------------------------------------------
@@ -76,19 +80,22 @@ def check_settings(conn: psycopg.Connection[Any]) -> Iterator[Finding]:
     sources = _setting_sources(conn, NOTIFY_SETTING)
     bad = False
     for where, value in sources:
-        if value not in ("on", "off", ""):
+        if value not in NOTIFY_VALUES:
             bad = True
             yield Finding(
                 check="settings",
                 status=Status.PROBLEM,
                 detail=(
-                    f"{NOTIFY_SETTING} = {value!r} ({where}): only 'off' turns NOTIFY off, "
-                    "so this means on"
+                    f"{NOTIFY_SETTING} = {value!r} ({where}): every call under it that queues"
+                    " a run fails with 22023 (it must be edge, every or off; on means every)"
                 ),
-                fix=f"set it to 'off' or 'on': {_reset_fix(NOTIFY_SETTING, where)}",
+                fix=(
+                    "set it to 'edge' (the default), 'every' or 'off': "
+                    f"{_reset_fix(NOTIFY_SETTING, where)}"
+                ),
             )
     if not bad:
-        shown = ", ".join(f"{v!r} ({w})" for w, v in sources) or "default on"
+        shown = ", ".join(f"{v!r} ({w})" for w, v in sources) or "default edge"
         yield Finding(
             check="settings",
             status=Status.OK,
@@ -206,7 +213,7 @@ def check_poison(conn: psycopg.Connection[Any]) -> Iterator[Finding]:
             status=Status.WARNING,
             detail=(
                 f"the {loop} loop set aside {what} at {set_aside_at:%Y-%m-%d %H:%M:%S%z}: "
-                f"{reason}" + (f" (SQLSTATE {sqlstate})" if sqlstate else "")
+                f"{reason}" + _sqlstate_suffix(reason, sqlstate)
             ),
             fix=(
                 f"repair or delete the row, then SELECT office.release_poison('{loop}', "
@@ -221,6 +228,14 @@ def check_poison(conn: psycopg.Connection[Any]) -> Iterator[Finding]:
             status=Status.WARNING,
             detail=f"{total - len(poison)} more rows set aside (SELECT * FROM office.poison)",
         )
+
+
+def _sqlstate_suffix(reason: str, sqlstate: str | None) -> str:
+    """`` (SQLSTATE x)`` after a set-aside reason, unless the reason already
+    says it: the daemon's loops store the one-line error, which carries it."""
+    if not sqlstate or f"(SQLSTATE {sqlstate})" in reason:
+        return ""
+    return f" (SQLSTATE {sqlstate})"
 
 
 def _literal(text: str) -> str:

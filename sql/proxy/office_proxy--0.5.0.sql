@@ -733,6 +733,29 @@ COMMENT ON FUNCTION office.cancel_run(run_id text, reason text) IS
 REVOKE EXECUTE ON FUNCTION office.cancel_run(run_id text, reason text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.cancel_run(run_id text, reason text) TO office_admin, office_worker;
 
+CREATE FUNCTION office._all_cancel_runs(_part integer, _a1 text[], _a2 text) RETURNS SETOF integer
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON ALL;
+    SELECT office.cancel_runs($2, $3) AS cancel_runs;
+$$;
+COMMENT ON FUNCTION office._all_cancel_runs(integer, text[], text) IS
+    'Internal: office.cancel_runs on the shard of partition _part (all).';
+REVOKE EXECUTE ON FUNCTION office._all_cancel_runs(integer, text[], text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._all_cancel_runs(integer, text[], text) TO office_admin;
+CREATE FUNCTION office.cancel_runs(run_ids text[], reason text) RETURNS integer
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT coalesce(pg_catalog.sum(n), 0)::integer FROM office._all_cancel_runs(0, $1, $2) AS n
+$fn$;
+COMMENT ON FUNCTION office.cancel_runs(run_ids text[], reason text) IS
+    'cancel_run for each of run_ids in one statement, the runs locked in id order: queued|claimed -> cancelled with cancel_reason; returns the number cancelled (unknown ids and other statuses are skipped). More than 10,000 ids, reason over 64 KiB 22023 (since 0.5.0).';
+REVOKE EXECUTE ON FUNCTION office.cancel_runs(run_ids text[], reason text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.cancel_runs(run_ids text[], reason text) TO office_admin;
+
 CREATE FUNCTION office._on_child_generation(_part integer, _a1 text) RETURNS text
     LANGUAGE plproxy
     SET search_path = pg_catalog, pg_temp
@@ -1925,6 +1948,52 @@ COMMENT ON FUNCTION office.request_wakeup(agent_profile_id text, source text, re
     'Records a queued wakeup request (NOTIFY office_wakeups unless office.notify = off) or, for a key already requested, (deduped, durable, <holder>) counted on queue wakeup. Empty agent or source, a source or reason over 200 characters or with a control character, a NULL or non-object payload, a payload over 1 MiB, a key over 512 characters 22023; unknown agent OFA01.';
 REVOKE EXECUTE ON FUNCTION office.request_wakeup(agent_profile_id text, source text, reason text, payload jsonb, idempotency_key text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.request_wakeup(agent_profile_id text, source text, reason text, payload jsonb, idempotency_key text) TO office_admin, office_producer;
+
+CREATE FUNCTION office._on_requeue_run(_part integer, _a1 text) RETURNS boolean
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT office.requeue_run($2) AS requeue_run;
+$$;
+COMMENT ON FUNCTION office._on_requeue_run(integer, text) IS
+    'Internal: office.requeue_run on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_requeue_run(integer, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_requeue_run(integer, text) TO office_admin;
+CREATE FUNCTION office.requeue_run(run_id text) RETURNS boolean
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT office._on_requeue_run(office._route('run', $1), $1)
+$fn$;
+COMMENT ON FUNCTION office.requeue_run(run_id text) IS
+    'failed|cancelled -> queued in place (finished_at, claimed_at, claimed_by, heartbeat_at, scheduled_retry_at cleared; error_message, cancel_reason, retry_count and the keys kept; the next claim bumps attempt), with the wake-up signal of a new run (office.notify). False for any other status or an unknown run (since 0.5.0).';
+REVOKE EXECUTE ON FUNCTION office.requeue_run(run_id text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.requeue_run(run_id text) TO office_admin;
+
+CREATE FUNCTION office._all_requeue_runs(_part integer, _a1 text[]) RETURNS SETOF integer
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON ALL;
+    SELECT office.requeue_runs($2) AS requeue_runs;
+$$;
+COMMENT ON FUNCTION office._all_requeue_runs(integer, text[]) IS
+    'Internal: office.requeue_runs on the shard of partition _part (all).';
+REVOKE EXECUTE ON FUNCTION office._all_requeue_runs(integer, text[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._all_requeue_runs(integer, text[]) TO office_admin;
+CREATE FUNCTION office.requeue_runs(run_ids text[]) RETURNS integer
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT coalesce(pg_catalog.sum(n), 0)::integer FROM office._all_requeue_runs(0, $1) AS n
+$fn$;
+COMMENT ON FUNCTION office.requeue_runs(run_ids text[]) IS
+    'requeue_run for each of run_ids in one statement, the runs locked in id order; returns the number requeued (unknown ids and other statuses are skipped). More than 10,000 ids 22023 (since 0.5.0).';
+REVOKE EXECUTE ON FUNCTION office.requeue_runs(run_ids text[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.requeue_runs(run_ids text[]) TO office_admin;
 
 CREATE FUNCTION office._on_retry_run(_part integer, _a1 text, _a2 integer, _a3 interval) RETURNS boolean
     LANGUAGE plproxy

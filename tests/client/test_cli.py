@@ -603,8 +603,10 @@ def test_doctor_finds_bad_settings(dsn: str, db: psycopg.Connection[Any]) -> Non
     assert "is not an interval" in problems["office.idempotency_window"]["detail"]
     assert f"ALTER DATABASE {name}" in problems["office.idempotency_window"]["detail"]
     assert "is negative" in problems["office.coalesce_window"]["detail"]
-    assert "only 'off' turns NOTIFY off" in problems["office.notify"]["detail"]
-    assert problems["office.notify"]["fix"].startswith("set it to 'off' or 'on'")
+    assert "fails with 22023" in problems["office.notify"]["detail"]
+    assert problems["office.notify"]["fix"].startswith(
+        "set it to 'edge' (the default), 'every' or 'off'"
+    )
 
     db.execute(f"ALTER DATABASE {name} RESET ALL")
     db.execute(f"ALTER DATABASE {name} SET office.notify = 'off'")
@@ -613,6 +615,25 @@ def test_doctor_finds_bad_settings(dsn: str, db: psycopg.Connection[Any]) -> Non
     assert code == 0
     settings = " ".join(f["detail"] for f in report["findings"] if f["check"] == "settings")
     assert "office.idempotency_window: '1 hour'" in settings and "'off'" in settings
+
+
+@pytest.mark.parametrize("value", ["edge", "every", "on", "off"])
+def test_doctor_takes_every_value_of_office_notify(
+    dsn: str, db: psycopg.Connection[Any], value: str
+) -> None:
+    """edge is the documented default: set explicitly it passes, as do every,
+    on (its 0.3.0 spelling) and off."""
+    db.execute(f"ALTER DATABASE {db.info.dbname} SET office.notify = '{value}'")
+    code, report = _doctor(dsn)
+    assert code == 0, _problems(report)
+    settings = [f["detail"] for f in report["findings"] if f["check"] == "settings"]
+    assert f"office.notify: {value!r} (ALTER DATABASE {db.info.dbname})" in settings
+
+
+def test_doctor_says_the_notify_default_is_edge(dsn: str) -> None:
+    code, report = _doctor(dsn)
+    settings = [f["detail"] for f in report["findings"] if f["check"] == "settings"]
+    assert code == 0 and "office.notify: default edge" in settings
 
 
 def test_doctor_finds_a_missing_probe_column(dsn: str, db: psycopg.Connection[Any]) -> None:

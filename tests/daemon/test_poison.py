@@ -516,6 +516,23 @@ def test_set_aside_refuses_bad_arguments_and_skips_transient_failures(
     assert scalar(db, "SELECT office.release_poison('cron', 't')") is False
 
 
+def test_doctor_names_the_sqlstate_of_a_set_aside_row_once(db: psycopg.Connection[Any]) -> None:
+    """The loops store the one-line error, which already ends with its
+    SQLSTATE; a reason without one gets it from the sqlstate column."""
+    db.execute(
+        "SELECT office.set_aside('cron', 't1', 'bad cron expression (SQLSTATE 22023)', '22023')"
+    )
+    db.execute("SELECT office.set_aside('sweep', 'P1', 'bad parent', '22023')")
+    details = {
+        f.detail.split(" set aside ")[1].split(" ")[0:3][-1]: f.detail
+        for f in doctor.run_checks(db)
+        if f.check == "poison"
+    }
+    assert len(details) == 2
+    for detail in details.values():
+        assert detail.count("(SQLSTATE 22023)") == 1, detail
+
+
 def test_doctor_says_nothing_is_set_aside(db: psycopg.Connection[Any]) -> None:
     [finding] = [f for f in doctor.run_checks(db) if f.check == "poison"]
     assert finding.status is doctor.Status.OK

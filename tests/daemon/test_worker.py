@@ -13,6 +13,7 @@ restarted under the other tests).
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import time
 import urllib.request
@@ -312,6 +313,32 @@ def test_worker_refuses_a_database_without_office(empty_database: str, handlers:
     )
     assert result.returncode == 1
     assert "officectl migrate" in result.stderr.splitlines()[-1]
+
+
+@pytest.mark.parametrize("command", ["run", "worker"])
+def test_a_busy_metrics_port_is_one_line_and_exit_1(
+    dsn: str, handlers: Handlers, command: str
+) -> None:
+    """``officectl run`` and ``officectl worker`` with a --metrics-port
+    something listens on: one line naming the address, no traceback."""
+    args = ["worker", "handlers:handle"] if command == "worker" else ["run"]
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        result = subprocess.run(
+            [str(OFFICECTL), "--dsn", dsn, *args, "--metrics-port", str(port)],
+            cwd=handlers.dir,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode == 1, result
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"Error: cannot serve metrics: 127.0.0.1:{port} is in use;"
+        " choose another --metrics-port (0: any free port)"
+    ]
 
 
 # --- the database restarted under a worker ---------------------------------------------------

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests import harness
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
@@ -33,9 +34,7 @@ def _blocks(language: str) -> list[str]:
 @pytest.fixture
 def embedded_env() -> Iterator[dict[str, str]]:
     """Environment for README shell commands: no DSN, a private embedded home."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = harness.free_port()
     home = Path("/dev/shm") / f"office-readme-{os.getpid()}"
     env = {k: v for k, v in os.environ.items() if k != "OFFICE_DSN"}
     env.update(OFFICE_HOME=str(home), OFFICE_EMBEDDED_PORT=str(port))
@@ -81,9 +80,38 @@ def test_shell_commands(embedded_env: dict[str, str]) -> None:
             stdin=subprocess.DEVNULL,
         )
         assert result.returncode == 0, f"{command}\n{result.stdout}\n{result.stderr}"
+    # The quick start's psql block, as a new user runs it after make demo:
+    # against `officectl db url`, which the demo left as it was.
+    url = subprocess.run(
+        [str(ROOT / ".venv/bin/officectl"), "db", "url"],
+        env=embedded_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout.strip()
+    _check_sql_blocks(url)
+    # The demo wrote into its own database of that server.
+    demo_url = subprocess.run(
+        [str(ROOT / ".venv/bin/officectl"), "db", "url", "--demo"],
+        env=embedded_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout.strip()
+    assert demo_url == url.rsplit("/", 1)[0] + "/office_demo"
+    demo_runs = subprocess.run(
+        ["psql", "-X", "-At", demo_url, "-c", "SELECT count(*) > 0 FROM office.runs"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout.strip()
+    assert demo_runs == "t"
 
 
-def test_sql_blocks(dsn: str) -> None:
+def _check_sql_blocks(dsn: str) -> None:
     for block in _blocks("sql"):
         result = subprocess.run(
             ["psql", "-X", "-v", "ON_ERROR_STOP=1", "-At", dsn],
@@ -96,6 +124,10 @@ def test_sql_blocks(dsn: str) -> None:
         output = result.stdout.splitlines()
         for expected in re.findall(r";\n-- (.+)$", block, re.MULTILINE):
             assert expected in output, f"expected {expected!r} in psql output {output}"
+
+
+def test_sql_blocks(dsn: str) -> None:
+    _check_sql_blocks(dsn)
 
 
 def test_python_blocks(dsn: str) -> None:

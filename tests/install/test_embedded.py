@@ -63,6 +63,74 @@ def test_start_reuse_stop_reset(home: Path) -> None:
     assert database.status().initialized is False
 
 
+def _bind_refused(port: int) -> bool:
+    """Whether a bind without SO_REUSEADDR (the probe's old way) is refused."""
+    with socket.socket() as plain:
+        try:
+            plain.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+        return False
+
+
+def test_a_port_held_only_by_time_wait_sockets_is_free(home: Path) -> None:
+    """A connection the server side closed first lingers in TIME-WAIT on the
+    server's port (a minute on Linux). The postmaster binds with
+    SO_REUSEADDR, so the port can be listened on again at once: the probe
+    says so too, and a start there works."""
+    port = harness.free_port()
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", port))
+        listener.listen()
+        client = socket.create_connection(("127.0.0.1", port))
+        served, _ = listener.accept()
+        served.close()  # the server side closes first
+        assert client.recv(1) == b""
+        client.close()
+    assert _bind_refused(port), "no TIME-WAIT socket on the port: the test proves nothing"
+    embedded.EmbeddedDatabase(home, port=port)._check_port_free(port)
+    result = _officectl(home, "db", "url", port=port)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"postgresql://postgres@127.0.0.1:{port}/office"
+
+
+def _closed_by_the_server(port: int) -> None:
+    """A connection the server closes first (it refuses the startup packet
+    of an unknown protocol), so its end lingers in TIME-WAIT on the server's
+    port, as a client's Terminate leaves it."""
+    with socket.create_connection(("127.0.0.1", port)) as conn:
+        conn.sendall((8).to_bytes(4, "big") + (9 << 16).to_bytes(4, "big"))
+        while conn.recv(4096):
+            pass
+
+
+def test_db_stop_then_start_again_at_once(home: Path) -> None:
+    """officectl db stop (or reset), then db start or db url: the stopped
+    server's connections in TIME-WAIT do not make its port "in use"."""
+    port = harness.free_port()
+    assert _officectl(home, "db", "start", port=port).returncode == 0
+    url = _officectl(home, "db", "url").stdout.strip()
+    _closed_by_the_server(port)
+    assert "stopped" in _officectl(home, "db", "stop").stdout
+    assert _bind_refused(port), "no TIME-WAIT socket on the port: the test proves nothing"
+    again = _officectl(home, "db", "start")
+    assert again.returncode == 0, again.stderr
+    assert _officectl(home, "db", "url").stdout.strip() == url
+    _closed_by_the_server(port)
+    assert "deleted" in _officectl(home, "db", "reset", "--yes").stdout
+    assert _bind_refused(port)
+    restarted = _officectl(home, "db", "url")
+    assert restarted.returncode == 0, restarted.stderr
+    assert restarted.stdout.strip() == url
+    # A port something listens on is still refused.
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        with pytest.raises(embedded.EmbeddedError, match="is in use"):
+            embedded.EmbeddedDatabase(home)._check_port_free(squatter.getsockname()[1])
+
+
 def test_the_cli_uses_the_embedded_database_without_a_dsn(home: Path) -> None:
     port = harness.free_port()
     result = _officectl(home, "migrate", port=port)

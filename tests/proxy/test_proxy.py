@@ -167,6 +167,28 @@ def test_claims_leases_and_fencing_through_the_proxy(
     assert _one(px, "SELECT status FROM office.get_run(%s)", run_id) == "finished"
 
 
+def test_requeue_and_bulk_cancel_through_the_proxy(
+    topo: Topology, px: psycopg.Connection[Any]
+) -> None:
+    """requeue_run by its run's shard; requeue_runs and cancel_runs over
+    runs of both shards, the counts added."""
+    runs = []
+    for shard in (0, 1):
+        (ws,) = _workspaces_on(topo, shard)
+        agent = f"a-{ws}"
+        px.execute("SELECT office.upsert_agent(%s, %s)", (agent, ws))
+        runs.append(_one(px, "SELECT run_id FROM office.enqueue_run(%s, 'requeue')", agent))
+    assert _one(px, "SELECT office.cancel_runs(%s, 'ops')", [*runs, "unknown"]) == 2
+    assert _one(px, "SELECT office.requeue_run(%s)", runs[1]) is True
+    assert _one(px, "SELECT office.requeue_run(%s)", runs[1]) is False
+    assert _one(px, "SELECT status FROM office.get_run(%s)", runs[1]) == "queued"
+    assert _one(px, "SELECT office.requeue_runs(%s)", runs) == 1
+    assert _one(px, "SELECT office.cancel_runs(%s, 'ops')", runs) == 2
+    assert _one(px, "SELECT office.requeue_runs(%s)", runs) == 2
+    with pytest.raises(psycopg.errors.InvalidParameterValue):
+        px.execute("SELECT office.requeue_runs(%s)", ([f"x{i}" for i in range(10_001)],))
+
+
 def test_claim_run_without_an_agent_finds_the_only_claimable_run_on_any_shard(
     topo: Topology, px: psycopg.Connection[Any]
 ) -> None:

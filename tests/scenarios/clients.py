@@ -471,6 +471,29 @@ def fail_retry_cancel_prune(env: Env) -> None:
 
 
 @scenario
+def requeue_and_bulk_cancel(env: Env) -> None:
+    """requeue_run, requeue_runs, cancel_runs (since 0.5.0)."""
+    agent(env)
+    agent(env, "a2")
+    one = env.office.enqueue_run("a1", "r", idempotency_key="one")
+    two = env.office.enqueue_run("a2", "r", idempotency_key="two")
+    run = env.office.claim_run(agent_profile_id="a1")
+    assert run is not None and run.id == one.run_id
+    assert env.office.fail_run(run.id, run.attempt, "boom") is True
+    assert env.office.requeue_run(run.id) is True
+    assert env.office.requeue_run(run.id) is False  # queued already
+    again = env.office.claim_run(agent_profile_id="a1")
+    assert again is not None and again.id == run.id and again.attempt == 2
+    assert again.error_message == "boom"
+    assert env.office.cancel_runs([run.id, two.run_id, "unknown"], "ops") == 2
+    assert env.office.cancel_runs([], "ops") == 0
+    assert env.office.requeue_runs((two.run_id, run.id)) == 2
+    assert env.office.enqueue_run("a2", "r", idempotency_key="two").run_id == two.run_id
+    with pytest.raises(InvalidArgument, match="run_ids has 10001 elements"):
+        env.office.requeue_runs([f"x{i}" for i in range(10_001)])
+
+
+@scenario
 def heartbeats_renew_the_lease_and_are_fenced(env: Env) -> None:
     agent(env)
     assert env.office.has_leases() is True

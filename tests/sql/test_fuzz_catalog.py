@@ -185,6 +185,9 @@ RECIPES: dict[str, dict[str, str | None]] = {
     "fail_run": {"run_id": "<claimed_run>", "attempt": "<attempt>", "error_message": "e"},
     "retry_run": {"run_id": "<claimed_run>", "attempt": "<attempt>", "delay": "1 minute"},
     "cancel_run": {"run_id": "<queued_run>", "reason": "r"},
+    "requeue_run": {"run_id": "<queued_run>"},
+    "requeue_runs": {"run_ids": "{<queued_run>}"},
+    "cancel_runs": {"run_ids": "{<queued_run>,<claimed_run>}", "reason": "r"},
     "recover_stale_runs": {"older_than": "1 hour"},
     "prune_runs": {"older_than": "1 day"},
     "create_task": {

@@ -273,6 +273,7 @@ def test_claim_recover_reclaim_fences_the_stale_worker(db: Conn, dsn: str, agent
         "runs_claim_race_nolock",
         "runs_ready_race",
         "runs_ready_race_nolock",
+        "runs_cancel_race",
     ],
 )
 def test_isolation_spec(spec: str) -> None:

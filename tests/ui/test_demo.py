@@ -7,7 +7,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,8 @@ from pathlib import Path
 
 import httpx
 import psycopg
+
+from tests import harness
 
 ROOT = Path(__file__).resolve().parents[2]
 OFFICECTL = Path(sys.executable).parent / "officectl"
@@ -103,9 +104,7 @@ def test_demo_prints_its_tables(dsn: str) -> None:
 
 
 def test_demo_ui_keeps_the_dashboard_up_on_the_demos_database(dsn: str) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = harness.free_port()
     proc = subprocess.Popen(
         [str(OFFICECTL), "--dsn", dsn, "demo", "--seconds", "1", "--ui", "--ui-port", str(port)],
         stdout=subprocess.PIPE,

@@ -12,7 +12,6 @@ import os
 import re
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -491,9 +490,7 @@ def test_recovers_when_the_server_drops_its_connections(
 def served(dsn: str, *args: str) -> Iterator[tuple[str, str]]:
     """``officectl ui`` as a process on a free port: yields its URL and the
     line it printed, once it answers."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = harness.free_port()
     env = {k: v for k, v in os.environ.items() if k != "OFFICE_DSN"} | {"PYTHONUNBUFFERED": "1"}
     officectl = str(Path(sys.executable).with_name("officectl"))
     proc = subprocess.Popen(

@@ -51,6 +51,18 @@ CANCEL_RUN = Query(
     "SELECT office.cancel_run(run_id => %(run_id)s, reason => %(reason)s) AS changed"
 )
 
+# An operator's run actions (since 0.5.0): the id arrays are text[].
+REQUEUE_RUN = Query("SELECT office.requeue_run(run_id => %(run_id)s) AS changed")
+
+REQUEUE_RUNS = Query(
+    "SELECT office.requeue_runs(run_ids => %(run_ids)s::pg_catalog.text[]) AS count"
+)
+
+CANCEL_RUNS = Query(
+    "SELECT office.cancel_runs(run_ids => %(run_ids)s::pg_catalog.text[],"
+    " reason => %(reason)s) AS count"
+)
+
 RECOVER_STALE_RUNS = Query(
     "SELECT office.recover_stale_runs(older_than => %(older_than)s) AS count"
 )
