@@ -15,7 +15,7 @@ from controlplane.cli_base import Context, connect, describe, one_line_errors, s
 
 
 def _host_names(_ctx: click.Context, _param: click.Parameter, value: tuple[str, ...]) -> list[str]:
-    from controlplane.ui.app import host_name
+    from controlplane.ui.guard import host_name
 
     for name in value:
         if not host_name(name):
