@@ -19,6 +19,8 @@ pytestmark = pytest.mark.skipif(not API.exists(), reason=f"{API} is not there")
 
 _ARG = r"[a-z_]+ [a-z\[\]]+(?: DEFAULT [^,`]+)?"
 _TYPES = {"int": "integer", "timestamptz": "timestamp with time zone", "bool": "boolean"}
+# PostgreSQL's own functions that the prose names in signature form.
+_POSTGRES_BUILTINS = {"now"}
 
 
 def _signatures() -> dict[str, list[tuple[str, str, str | None]]]:
@@ -34,7 +36,23 @@ def _signatures() -> dict[str, list[tuple[str, str, str | None]]]:
         found["enqueue_run"] = " ".join(block.group(1).split())
     if "add_blocker" in found:  # "`add_blocker(...)` / `remove_blocker(...)`"
         found["remove_blocker"] = found["add_blocker"]
-    return {name: [_parse(arg) for arg in re.findall(_ARG, args)] for name, args in found.items()}
+    return {
+        name: [_parse(arg) for arg in re.findall(_ARG, args)]
+        for name, args in found.items()
+        if name not in _POSTGRES_BUILTINS
+    }
+
+
+def _section_9_functions() -> set[str]:
+    text = API.read_text() if API.exists() else ""
+    start = text.find("\n## 9.")
+    if start < 0:
+        return set()
+    end = text.find("\n## ", start + 1)
+    section = text[start : end if end > 0 else len(text)]
+    return {name for name in SIGNATURES if re.search(rf"`{name}\(", section)} - {
+        name for name in SIGNATURES if re.search(rf"`{name}\(", text[:start])
+    }
 
 
 def _parse(arg: str) -> tuple[str, str, str | None]:
@@ -57,6 +75,21 @@ def _results() -> dict[str, list[tuple[str, str]]]:
 SIGNATURES = _signatures()
 RESULTS = _results()
 
+# API.md §9 (wake governance) is contract for 0.5.0 and is not built yet; its
+# functions fail here as expected, and strictly: one that gets built passes,
+# which fails this test until it leaves the set.
+NOT_BUILT = {
+    "clear_wake_policy",
+    "explain_agent",
+    "prune_wake_decisions",
+    "record_run_cost",
+    "set_wake_policy",
+}
+
+
+def test_only_section_9_is_marked_not_built() -> None:
+    assert _section_9_functions() >= NOT_BUILT, NOT_BUILT - _section_9_functions()
+
 
 def test_the_contract_was_read() -> None:
     assert len(SIGNATURES) >= 42 and len(SIGNATURES["enqueue_run"]) == 8
@@ -64,7 +97,18 @@ def test_the_contract_was_read() -> None:
     assert len(RESULTS) >= 7
 
 
-@pytest.mark.parametrize("name", sorted(SIGNATURES))
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(
+            name,
+            marks=[pytest.mark.xfail(reason="API.md §9 is not built yet", strict=True)]
+            if name in NOT_BUILT
+            else [],
+        )
+        for name in sorted(SIGNATURES)
+    ],
+)
 def test_function_signature(db: psycopg.Connection[Any], name: str) -> None:
     expected = SIGNATURES[name]
     rows = db.execute(
