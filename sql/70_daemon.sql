@@ -318,19 +318,26 @@ BEGIN
                              coalesce(dispatch_queued_wakeups.max_rows::text, 'NULL'));
     END IF;
     PERFORM office._check_interval('min_age', dispatch_queued_wakeups.min_age);
-    -- Oldest first; a request another dispatcher holds is skipped; requests
-    -- of agents that do not accept runs wait (they are not picked).
+    -- The oldest requests are picked; a request another dispatcher holds is
+    -- skipped; requests of agents that do not accept runs wait (they are not
+    -- picked). The picked ones are dispatched in agent order: each dispatch
+    -- takes its agent's lock until commit, so two dispatchers that took
+    -- agents in the order of their requests' ages would deadlock on two
+    -- agents each holds one of. One global order cannot.
     FOR v_req IN
-        SELECT w.id, w.agent_profile_id, a.id IS NULL AS agent_missing
-          FROM office.wakeup_requests w
-          LEFT JOIN office.agent_profiles a ON a.id = w.agent_profile_id
-         WHERE w.status = 'queued'
-           AND w.requested_at <= now() - dispatch_queued_wakeups.min_age
-           AND (a.id IS NULL OR a.status <> ALL (office._statuses_refusing_runs()))
-           AND NOT EXISTS (SELECT FROM office.poison q WHERE q.loop = 'wakeups' AND q.row_id = w.id)
-         ORDER BY w.requested_at, w.id COLLATE "C"
-         LIMIT dispatch_queued_wakeups.max_rows
-           FOR UPDATE OF w SKIP LOCKED
+        SELECT picked.id, picked.agent_profile_id, picked.agent_missing
+          FROM (SELECT w.id, w.agent_profile_id, w.requested_at, a.id IS NULL AS agent_missing
+                  FROM office.wakeup_requests w
+                  LEFT JOIN office.agent_profiles a ON a.id = w.agent_profile_id
+                 WHERE w.status = 'queued'
+                   AND w.requested_at <= now() - dispatch_queued_wakeups.min_age
+                   AND (a.id IS NULL OR a.status <> ALL (office._statuses_refusing_runs()))
+                   AND NOT EXISTS (SELECT FROM office.poison q
+                                    WHERE q.loop = 'wakeups' AND q.row_id = w.id)
+                 ORDER BY w.requested_at, w.id COLLATE "C"
+                 LIMIT dispatch_queued_wakeups.max_rows
+                   FOR UPDATE OF w SKIP LOCKED) picked
+         ORDER BY picked.agent_profile_id COLLATE "C", picked.requested_at, picked.id COLLATE "C"
     LOOP
         wakeup_request_id := v_req.id;
         agent_profile_id := v_req.agent_profile_id;
@@ -367,7 +374,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION office.dispatch_queued_wakeups(int, interval) IS
-    'The wakeup loop''s step: dispatch_wakeup for up to max_rows queued requests at least min_age old, oldest first, skipping requests another transaction holds, requests set aside (office.poison) and agents that do not accept runs; a request whose agent is gone is failed (agent not found). One row per request: its status after the call (claimed, coalesced, skipped, noop, failed; queued when the dispatch raised because of the agent or a transient failure, set_aside when it raised for any other reason, both with error_message). max_rows below 1, negative min_age: 22023.';
+    'The wakeup loop''s step: dispatch_wakeup for the oldest max_rows queued requests at least min_age old, dispatched in agent order (so two dispatchers never deadlock), skipping requests another transaction holds, requests set aside (office.poison) and agents that do not accept runs; a request whose agent is gone is failed (agent not found). One row per request: its status after the call (claimed, coalesced, skipped, noop, failed; queued when the dispatch raised because of the agent or a transient failure, set_aside when it raised for any other reason, both with error_message). max_rows below 1, negative min_age: 22023.';
 REVOKE EXECUTE ON FUNCTION office.dispatch_queued_wakeups(int, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.dispatch_queued_wakeups(int, interval) TO office_worker, office_admin;
 

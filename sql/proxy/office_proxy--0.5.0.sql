@@ -1077,7 +1077,7 @@ BEGIN
 END
 $fn$;
 COMMENT ON FUNCTION office.dispatch_queued_wakeups(max_rows integer, min_age interval) IS
-    'The wakeup loop''s step: dispatch_wakeup for up to max_rows queued requests at least min_age old, oldest first, skipping requests another transaction holds, requests set aside (office.poison) and agents that do not accept runs; a request whose agent is gone is failed (agent not found). One row per request: its status after the call (claimed, coalesced, skipped, noop, failed; queued when the dispatch raised because of the agent or a transient failure, set_aside when it raised for any other reason, both with error_message). max_rows below 1, negative min_age: 22023.';
+    'The wakeup loop''s step: dispatch_wakeup for the oldest max_rows queued requests at least min_age old, dispatched in agent order (so two dispatchers never deadlock), skipping requests another transaction holds, requests set aside (office.poison) and agents that do not accept runs; a request whose agent is gone is failed (agent not found). One row per request: its status after the call (claimed, coalesced, skipped, noop, failed; queued when the dispatch raised because of the agent or a transient failure, set_aside when it raised for any other reason, both with error_message). max_rows below 1, negative min_age: 22023.';
 REVOKE EXECUTE ON FUNCTION office.dispatch_queued_wakeups(max_rows integer, min_age interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.dispatch_queued_wakeups(max_rows integer, min_age interval) TO office_admin, office_worker;
 

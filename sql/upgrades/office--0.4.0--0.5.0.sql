@@ -137,6 +137,86 @@ REVOKE EXECUTE ON FUNCTION office.cancel_runs(text[], text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.cancel_runs(text[], text) TO office_admin;
 -- (end of runs)
 
+-- === daemon (70_daemon.sql) ===================================================
+-- The wakeup loop dispatches the requests it picked in agent order, so two
+-- daemons' loops never deadlock on two agents (one global lock order).
+CREATE OR REPLACE FUNCTION office.dispatch_queued_wakeups(max_rows int DEFAULT 50, min_age interval DEFAULT '0 seconds')
+    RETURNS TABLE (wakeup_request_id text, agent_profile_id text, status text, run_id text,
+                   error_message text)
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_req      record;
+    v_dispatch office.wakeup_dispatch_result;
+    v_msg      text;
+    v_state    text;
+BEGIN
+    IF dispatch_queued_wakeups.max_rows IS NULL OR dispatch_queued_wakeups.max_rows < 1 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('max_rows must be at least 1, not %s',
+                             coalesce(dispatch_queued_wakeups.max_rows::text, 'NULL'));
+    END IF;
+    PERFORM office._check_interval('min_age', dispatch_queued_wakeups.min_age);
+    -- The oldest requests are picked; a request another dispatcher holds is
+    -- skipped; requests of agents that do not accept runs wait (they are not
+    -- picked). The picked ones are dispatched in agent order: each dispatch
+    -- takes its agent's lock until commit, so two dispatchers that took
+    -- agents in the order of their requests' ages would deadlock on two
+    -- agents each holds one of. One global order cannot.
+    FOR v_req IN
+        SELECT picked.id, picked.agent_profile_id, picked.agent_missing
+          FROM (SELECT w.id, w.agent_profile_id, w.requested_at, a.id IS NULL AS agent_missing
+                  FROM office.wakeup_requests w
+                  LEFT JOIN office.agent_profiles a ON a.id = w.agent_profile_id
+                 WHERE w.status = 'queued'
+                   AND w.requested_at <= now() - dispatch_queued_wakeups.min_age
+                   AND (a.id IS NULL OR a.status <> ALL (office._statuses_refusing_runs()))
+                   AND NOT EXISTS (SELECT FROM office.poison q
+                                    WHERE q.loop = 'wakeups' AND q.row_id = w.id)
+                 ORDER BY w.requested_at, w.id COLLATE "C"
+                 LIMIT dispatch_queued_wakeups.max_rows
+                   FOR UPDATE OF w SKIP LOCKED) picked
+         ORDER BY picked.agent_profile_id COLLATE "C", picked.requested_at, picked.id COLLATE "C"
+    LOOP
+        wakeup_request_id := v_req.id;
+        agent_profile_id := v_req.agent_profile_id;
+        error_message := NULL;
+        IF v_req.agent_missing THEN
+            PERFORM office.fail_wakeup(v_req.id, 'agent not found');
+            status := 'failed';
+            run_id := NULL;
+            error_message := format('agent %s not found', quote_literal(v_req.agent_profile_id));
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+        BEGIN
+            v_dispatch := office.dispatch_wakeup(v_req.id);
+            status := v_dispatch.status;
+            run_id := v_dispatch.run_id;
+        EXCEPTION WHEN OTHERS THEN
+            -- The agent changed since the scan (paused: the request waits), or
+            -- a transient failure: tried again. Anything else comes from the
+            -- request's own values (say, a reason too long for the run
+            -- queue's index: 54000) and would fail every attempt, ahead of
+            -- every younger request: set aside.
+            GET STACKED DIAGNOSTICS v_msg = MESSAGE_TEXT, v_state = RETURNED_SQLSTATE;
+            status := 'queued';
+            run_id := NULL;
+            error_message := v_msg;
+            IF v_state NOT IN ('OFA01', 'OFA02')
+               AND office.set_aside('wakeups', v_req.id, v_msg, v_state) THEN
+                status := 'set_aside';
+            END IF;
+        END;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION office.dispatch_queued_wakeups(int, interval) IS
+    'The wakeup loop''s step: dispatch_wakeup for the oldest max_rows queued requests at least min_age old, dispatched in agent order (so two dispatchers never deadlock), skipping requests another transaction holds, requests set aside (office.poison) and agents that do not accept runs; a request whose agent is gone is failed (agent not found). One row per request: its status after the call (claimed, coalesced, skipped, noop, failed; queued when the dispatch raised because of the agent or a transient failure, set_aside when it raised for any other reason, both with error_message). max_rows below 1, negative min_age: 22023.';
+
 -- === version ==================================================================
 
 CREATE OR REPLACE FUNCTION office.schema_version() RETURNS text
