@@ -98,6 +98,79 @@ REVOKE EXECUTE ON FUNCTION office._check_free_text(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office._check_free_text(text, text)
     TO office_producer, office_worker, office_reader, office_admin;
 
+-- A stored JSON document nests at most 64 containers deep (API.md,
+-- Conventions). PostgreSQL takes far deeper ones, but clients cannot read
+-- them back: Python's decoder gives up near 1,000 levels, so a deep payload
+-- was claimed, not decoded, recovered and claimed again forever. 64 is far
+-- past any document a producer means to send. .**{64} reaches the items 64
+-- levels below the root: a container there is the 65th level.
+-- PL/pgSQL, not SQL: a SQL function with a SET clause is planned again at
+-- every call, and the runs' CHECK calls this one on every write.
+CREATE FUNCTION office._json_depth_ok(value jsonb) RETURNS boolean
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE STRICT
+    SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN NOT jsonb_path_exists(value, 'strict $.**{64} ? (@.type() == "object" || @.type() == "array")');
+END
+$$;
+COMMENT ON FUNCTION office._json_depth_ok(jsonb) IS
+    'Internal: true when value nests at most 64 containers (objects, arrays) deep; NULL for NULL.';
+REVOKE EXECUTE ON FUNCTION office._json_depth_ok(jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._json_depth_ok(jsonb)
+    TO office_producer, office_worker, office_reader, office_admin;
+
+CREATE FUNCTION office._check_json_depth(what text, value jsonb) RETURNS jsonb
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT office._json_depth_ok(value) THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('%s nests more than 64 levels of objects and arrays', what);
+    END IF;
+    RETURN value;
+END
+$$;
+COMMENT ON FUNCTION office._check_json_depth(text, jsonb) IS
+    'Internal: returns value when it is NULL or nests at most 64 levels deep, else raises 22023 naming the argument.';
+REVOKE EXECUTE ON FUNCTION office._check_json_depth(text, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._check_json_depth(text, jsonb)
+    TO office_producer, office_worker, office_reader, office_admin;
+
+-- The same bounds on rows written without the functions (the table owner's
+-- INSERT or UPDATE): a BEFORE trigger on every table with a stored jsonb
+-- checks the columns it names (TG_ARGV), 1 MiB as text and 64 levels deep,
+-- 22023 naming table.column. An UPDATE that leaves a column as it was does
+-- not check it: a row stored before 0.5.0 bounded the depth stays
+-- writable (claimed, failed, paused).
+CREATE FUNCTION office._stored_json_bounded() RETURNS trigger
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_row    jsonb := to_jsonb(NEW);
+    v_old    jsonb := CASE WHEN TG_OP = 'UPDATE' THEN to_jsonb(OLD) END;
+    v_column text;
+    v_value  jsonb;
+BEGIN
+    FOREACH v_column IN ARRAY TG_ARGV LOOP
+        v_value := v_row -> v_column;
+        CONTINUE WHEN TG_OP = 'UPDATE' AND v_value IS NOT DISTINCT FROM v_old -> v_column;
+        IF octet_length(v_value::text) > 1048576 THEN
+            RAISE EXCEPTION USING ERRCODE = '22023',
+                MESSAGE = format('%s.%s is %s bytes, more than 1 MiB (1048576 bytes)',
+                                 TG_TABLE_NAME, v_column, octet_length(v_value::text));
+        END IF;
+        PERFORM office._check_json_depth(format('%s.%s', TG_TABLE_NAME, v_column), v_value);
+    END LOOP;
+    RETURN NEW;
+END
+$$;
+COMMENT ON FUNCTION office._stored_json_bounded() IS
+    'Internal: BEFORE INSERT OR UPDATE trigger: the jsonb columns named by its arguments, where written (inserted or changed), are at most 1 MiB as text and 64 levels deep, else 22023 naming table.column.';
+REVOKE EXECUTE ON FUNCTION office._stored_json_bounded() FROM PUBLIC;
+
 -- An interval argument: given, finite, not negative, at most 100 years.
 CREATE FUNCTION office._check_interval(name text, value interval) RETURNS interval
     LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE

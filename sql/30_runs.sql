@@ -166,6 +166,21 @@ COMMENT ON TABLE office.run_keys_recorded IS
 -- run_keys, and the cascade when prune_runs deletes runs.
 CREATE INDEX idx_run_keys_recorded_run ON office.run_keys_recorded (run_id);
 
+-- Rows written without the enqueue functions (the table owner's INSERT or
+-- UPDATE) meet their bounds on payload and context_snapshot too
+-- (05_validation.sql). A trigger, not the CHECK: a CHECK is evaluated on
+-- every update of the row, so a run stored deep before 0.5.0 could then no
+-- longer be claimed, failed or recovered; the trigger checks a value only
+-- when it is written. Its WHEN skips the everyday payload: a value of at
+-- most 512 bytes cannot nest 65 deep (sql/native/validation.c says why), nor
+-- reach 1 MiB. (pg_column_size is the stored size: a value copied from
+-- another stored row can still be compressed, and so pass unchecked.)
+CREATE TRIGGER runs_05_bounded
+    BEFORE INSERT OR UPDATE OF payload, context_snapshot ON office.runs
+    FOR EACH ROW
+    WHEN (pg_catalog.pg_column_size(NEW.payload) > 512 OR pg_catalog.pg_column_size(NEW.context_snapshot) > 512)
+    EXECUTE FUNCTION office._stored_json_bounded('payload', 'context_snapshot');
+
 -- --- readiness: which agents claim_run() looks at (since 0.4.0) -------------
 --
 -- An unfiltered claim_run() used to find its candidates in the runs index:
@@ -708,6 +723,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = '22023',
             MESSAGE = format('payload is %s bytes, more than 1 MiB (1048576 bytes)', octet_length(v_payload::text));
     END IF;
+    v_payload := office._check_json_depth('payload', v_payload);
     IF length(v_key) > 512 THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
             MESSAGE = format('idempotency_key %s... is %s characters, more than 512',
@@ -899,6 +915,10 @@ BEGIN
             MESSAGE = format('enqueue_runs: requests must be a JSON array, not %s',
                              coalesce(jsonb_typeof(requests), 'NULL'));
     END IF;
+    IF jsonb_array_length(requests) > 10000 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('enqueue_runs: %s requests, more than 10,000 in one call', jsonb_array_length(requests));
+    END IF;
     -- The elements, normalised as enqueue_run normalises its arguments, and
     -- whether every one of them passes enqueue_run's checks (valid is never
     -- true for an element that enqueue_run or the loop below would refuse;
@@ -928,6 +948,7 @@ BEGIN
                        AND length(y.reason) <= 200 AND y.reason !~ '[\u0001-\u001f\u007f-\u009f]'
                        AND coalesce(length(y.task) <= 200 AND y.task !~ '[\u0001-\u001f\u007f-\u009f]', true)
                        AND jsonb_typeof(y.payload) = 'object' AND octet_length(y.payload::text) <= 1048576
+                       AND office._json_depth_ok(y.payload)
                        AND coalesce(length(y.key) <= 512, true)
                        AND (y.cause IS NULL OR (y.cause IN ('unresolved', 'by_design') AND y.key IS NULL))
                        -- A LIMIT 1 probe, not EXISTS: PostgreSQL 18 plans that EXISTS

@@ -43,6 +43,9 @@ COMMENT ON COLUMN office.events.deliveries IS
 CREATE INDEX idx_events_pending ON office.events (id) WHERE processed_at IS NULL;
 -- prune_events.
 CREATE INDEX idx_events_processed ON office.events (processed_at) WHERE processed_at IS NOT NULL;
+CREATE TRIGGER events_05_bounded
+    BEFORE INSERT OR UPDATE OF payload ON office.events
+    FOR EACH ROW EXECUTE FUNCTION office._stored_json_bounded('payload');
 
 -- --- triggers -------------------------------------------------------------------
 

@@ -51,6 +51,46 @@ CREATE UNIQUE INDEX idx_wakeup_idempotency ON office.wakeup_requests (idempotenc
     WHERE idempotency_key IS NOT NULL;
 CREATE INDEX idx_wakeup_agent_status ON office.wakeup_requests (agent_profile_id, status);
 
+-- Rows written without request_wakeup (the table owner's INSERT or UPDATE)
+-- meet its bounds too, on what they write: a queued request's source and
+-- reason become a run's, so they are short words (a failure writes its text
+-- into reason, a free text); the payload is at most 1 MiB and 64 levels
+-- deep. A value an UPDATE leaves as it was is not checked, so a request
+-- stored before 0.5.0 can still be dispatched, failed or set aside.
+CREATE FUNCTION office._wakeup_requests_bounded() RETURNS trigger
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_insert boolean := TG_OP = 'INSERT';
+BEGIN
+    IF v_insert OR NEW.source IS DISTINCT FROM OLD.source THEN
+        PERFORM office._check_short_text('source', NEW.source);
+    END IF;
+    IF v_insert OR NEW.reason IS DISTINCT FROM OLD.reason THEN
+        IF NEW.status = 'queued' THEN
+            PERFORM office._check_short_text('reason', NEW.reason);
+        ELSE
+            PERFORM office._check_free_text('reason', NEW.reason);
+        END IF;
+    END IF;
+    IF v_insert OR NEW.payload IS DISTINCT FROM OLD.payload THEN
+        IF octet_length(NEW.payload::text) > 1048576 THEN
+            RAISE EXCEPTION USING ERRCODE = '22023',
+                MESSAGE = format('payload is %s bytes, more than 1 MiB (1048576 bytes)', octet_length(NEW.payload::text));
+        END IF;
+        PERFORM office._check_json_depth('payload', NEW.payload);
+    END IF;
+    RETURN NEW;
+END
+$$;
+COMMENT ON FUNCTION office._wakeup_requests_bounded() IS
+    'Internal: BEFORE INSERT OR UPDATE trigger of office.wakeup_requests: request_wakeup''s bounds on what a row writes (a queued row''s source and reason short words, a payload at most 1 MiB and 64 levels deep), 22023 naming the value.';
+REVOKE EXECUTE ON FUNCTION office._wakeup_requests_bounded() FROM PUBLIC;
+CREATE TRIGGER wakeup_requests_05_bounded
+    BEFORE INSERT OR UPDATE OF source, reason, payload ON office.wakeup_requests
+    FOR EACH ROW EXECUTE FUNCTION office._wakeup_requests_bounded();
+
 CREATE FUNCTION office.request_wakeup(agent_profile_id text, source text, reason text DEFAULT '',
                                       payload jsonb DEFAULT '{}', idempotency_key text DEFAULT NULL)
     RETURNS office.wakeup_result
@@ -85,6 +125,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = '22023',
             MESSAGE = format('payload is %s bytes, more than 1 MiB (1048576 bytes)', octet_length(v_payload::text));
     END IF;
+    PERFORM office._check_json_depth('payload', v_payload);
     IF length(v_key) > 512 THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
             MESSAGE = format('idempotency_key %s... is %s characters, more than 512',
@@ -120,7 +161,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION office.request_wakeup(text, text, text, jsonb, text) IS
-    'Records a queued wakeup request (NOTIFY office_wakeups unless office.notify = off) or, for a key already requested, (deduped, durable, <holder>) counted on queue wakeup. Empty agent or source, a source or reason over 200 characters or with a control character, a NULL or non-object payload, a payload over 1 MiB, a key over 512 characters 22023; unknown agent OFA01.';
+    'Records a queued wakeup request (NOTIFY office_wakeups unless office.notify = off) or, for a key already requested, (deduped, durable, <holder>) counted on queue wakeup. Empty agent or source, a source or reason over 200 characters or with a control character, a NULL or non-object payload, a payload over 1 MiB or nested more than 64 levels deep, a key over 512 characters 22023 (rows written directly are checked by a trigger too); unknown agent OFA01.';
 REVOKE EXECUTE ON FUNCTION office.request_wakeup(text, text, text, jsonb, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.request_wakeup(text, text, text, jsonb, text) TO office_producer, office_admin;
 

@@ -61,6 +61,9 @@ COMMENT ON TABLE office.routines IS
     'Routines: a task template (a non-empty title makes the routine heavy: fires create tasks; else lightweight: fires wake the assignee), declared variables, a concurrency policy and a catch-up policy.';
 
 CREATE INDEX idx_routines_workspace ON office.routines (workspace_id);
+CREATE TRIGGER routines_05_bounded
+    BEFORE INSERT OR UPDATE OF task_template, variables ON office.routines
+    FOR EACH ROW EXECUTE FUNCTION office._stored_json_bounded('task_template', 'variables');
 -- A new agent must not adopt the assignee of a routine of another workspace
 -- (20_agents.sql).
 CREATE INDEX idx_routines_assignee ON office.routines (assignee_agent_profile_id)
@@ -131,6 +134,9 @@ CREATE INDEX idx_office_routine_runs_linked_task
 -- list_routine_runs (the dashboard's routine page): a routine's runs, newest
 -- first, and the cascade when a routine is deleted (since 0.4.0).
 CREATE INDEX idx_routine_runs_routine ON office.routine_runs (routine_id, id);
+CREATE TRIGGER routine_runs_05_bounded
+    BEFORE INSERT OR UPDATE OF trigger_payload ON office.routine_runs
+    FOR EACH ROW EXECUTE FUNCTION office._stored_json_bounded('trigger_payload');
 
 CREATE TYPE office.dispatch_routine_result AS (
     routine_run_id        text,
@@ -343,7 +349,7 @@ REVOKE EXECUTE ON FUNCTION office._check_word(text, text, text[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office._check_word(text, text, text[]) TO office_admin;
 
 -- A stored JSON document (a template, declared or resolved variables) is at
--- most 1 MiB as text, like a payload.
+-- most 1 MiB as text and 64 levels deep, like a payload.
 CREATE FUNCTION office._check_document(what text, value jsonb) RETURNS jsonb
     LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
@@ -353,11 +359,11 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = '22023',
             MESSAGE = format('%s is %s bytes, more than 1 MiB (1048576 bytes)', what, octet_length(value::text));
     END IF;
-    RETURN value;
+    RETURN office._check_json_depth(what, value);
 END
 $$;
 COMMENT ON FUNCTION office._check_document(text, jsonb) IS
-    'Internal: returns value when it is NULL or at most 1 MiB as text, else raises 22023 naming the argument.';
+    'Internal: returns value when it is NULL or at most 1 MiB as text and 64 levels deep, else raises 22023 naming the argument.';
 REVOKE EXECUTE ON FUNCTION office._check_document(text, jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office._check_document(text, jsonb) TO office_admin;
 

@@ -256,7 +256,8 @@ office_enqueue_run(PG_FUNCTION_ARGS)
 	{
 		Jsonb	   *object = DatumGetJsonbP(payload);
 
-		if (!JB_ROOT_IS_OBJECT(object) || strlen(JsonbToCString(NULL, &object->root, VARSIZE(object))) > 1048576)
+		if (!JB_ROOT_IS_OBJECT(object) || strlen(JsonbToCString(NULL, &object->root, VARSIZE(object))) > 1048576 ||
+			!json_depth_ok(payload))
 			return hand_on(fcinfo, "_enqueue_run_plpgsql");
 		payload = JsonbPGetDatum(object);
 	}

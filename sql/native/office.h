@@ -17,6 +17,7 @@
 
 #include "postgres.h"
 
+#include "access/detoast.h"
 #include "access/genam.h"
 #include "access/table.h"
 #include "access/tableam.h"
@@ -89,6 +90,7 @@ typedef enum
 
 /* validation.c */
 extern OFFICE_INTERNAL bool short_text_ok(text *value);
+extern OFFICE_INTERNAL bool json_depth_ok(Datum value);
 
 /* shared.c */
 extern OFFICE_INTERNAL bool text_is(text *value, const char *word);

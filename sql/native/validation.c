@@ -93,6 +93,44 @@ term_and(Term a, Term b)
 }
 
 /*
+ * office._json_depth_ok(value) of 05_validation.sql: at most 64 objects and
+ * arrays nested in one another, the top-level value being the first.
+ * enqueue_run (enqueue.c) hands a deeper payload on, to be refused there.
+ * A container inside another takes at least 8 bytes of the value (its header
+ * and its entry in the outer one), so a value of at most 8 * 64 bytes, the
+ * varlena header included, cannot nest 65 deep: its depth is not walked for,
+ * and it is not even detoasted.
+ */
+#define OFFICE_JSON_DEPTH 64
+
+bool
+json_depth_ok(Datum value)
+{
+	Jsonb	   *document;
+	JsonbIterator *iterator;
+	JsonbValue	item;
+	JsonbIteratorToken token;
+	int			depth = 0;
+
+	if (toast_raw_datum_size(value) <= 8 * OFFICE_JSON_DEPTH)
+		return true;
+	document = DatumGetJsonbP(value);
+	iterator = JsonbIteratorInit(&document->root);
+	while ((token = JsonbIteratorNext(&iterator, &item, false)) != WJB_DONE)
+	{
+		if (token == WJB_BEGIN_ARRAY || token == WJB_BEGIN_OBJECT)
+		{
+			/* a scalar at the top is an array of one, marked raw */
+			if (!(token == WJB_BEGIN_ARRAY && item.val.array.rawScalar) && ++depth > OFFICE_JSON_DEPTH)
+				return false;
+		}
+		else if (token == WJB_END_ARRAY || token == WJB_END_OBJECT)
+			depth--;
+	}
+	return true;
+}
+
+/*
  * office._run_row_valid(status, reason, payload, idempotency_key): the CHECK
  * of office.runs, with 30_runs.sql's three-valued result: status one of the
  * five, reason not empty, payload an object, idempotency_key NULL or 1 to

@@ -1945,7 +1945,7 @@ AS $fn$
     SELECT * FROM office._on_request_wakeup(office._route('agent', $1), $1, $2, $3, $4, $5)
 $fn$;
 COMMENT ON FUNCTION office.request_wakeup(agent_profile_id text, source text, reason text, payload jsonb, idempotency_key text) IS
-    'Records a queued wakeup request (NOTIFY office_wakeups unless office.notify = off) or, for a key already requested, (deduped, durable, <holder>) counted on queue wakeup. Empty agent or source, a source or reason over 200 characters or with a control character, a NULL or non-object payload, a payload over 1 MiB, a key over 512 characters 22023; unknown agent OFA01.';
+    'Records a queued wakeup request (NOTIFY office_wakeups unless office.notify = off) or, for a key already requested, (deduped, durable, <holder>) counted on queue wakeup. Empty agent or source, a source or reason over 200 characters or with a control character, a NULL or non-object payload, a payload over 1 MiB or nested more than 64 levels deep, a key over 512 characters 22023 (rows written directly are checked by a trigger too); unknown agent OFA01.';
 REVOKE EXECUTE ON FUNCTION office.request_wakeup(agent_profile_id text, source text, reason text, payload jsonb, idempotency_key text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.request_wakeup(agent_profile_id text, source text, reason text, payload jsonb, idempotency_key text) TO office_admin, office_producer;
 

@@ -7,6 +7,69 @@
 -- Pin the search_path first, for the reason 00_schema.sql gives.
 SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
 
+-- === validation (05_validation.sql) =========================================
+-- Every stored jsonb nests at most 64 levels deep (since 0.5.0): the
+-- functions check their arguments, a trigger on each table what the table
+-- owner writes directly.
+CREATE FUNCTION office._json_depth_ok(value jsonb) RETURNS boolean
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE STRICT
+    SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN NOT jsonb_path_exists(value, 'strict $.**{64} ? (@.type() == "object" || @.type() == "array")');
+END
+$$;
+COMMENT ON FUNCTION office._json_depth_ok(jsonb) IS
+    'Internal: true when value nests at most 64 containers (objects, arrays) deep; NULL for NULL.';
+REVOKE EXECUTE ON FUNCTION office._json_depth_ok(jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._json_depth_ok(jsonb)
+    TO office_producer, office_worker, office_reader, office_admin;
+
+CREATE FUNCTION office._check_json_depth(what text, value jsonb) RETURNS jsonb
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT office._json_depth_ok(value) THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('%s nests more than 64 levels of objects and arrays', what);
+    END IF;
+    RETURN value;
+END
+$$;
+COMMENT ON FUNCTION office._check_json_depth(text, jsonb) IS
+    'Internal: returns value when it is NULL or nests at most 64 levels deep, else raises 22023 naming the argument.';
+REVOKE EXECUTE ON FUNCTION office._check_json_depth(text, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._check_json_depth(text, jsonb)
+    TO office_producer, office_worker, office_reader, office_admin;
+
+CREATE FUNCTION office._stored_json_bounded() RETURNS trigger
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_row    jsonb := to_jsonb(NEW);
+    v_old    jsonb := CASE WHEN TG_OP = 'UPDATE' THEN to_jsonb(OLD) END;
+    v_column text;
+    v_value  jsonb;
+BEGIN
+    FOREACH v_column IN ARRAY TG_ARGV LOOP
+        v_value := v_row -> v_column;
+        CONTINUE WHEN TG_OP = 'UPDATE' AND v_value IS NOT DISTINCT FROM v_old -> v_column;
+        IF octet_length(v_value::text) > 1048576 THEN
+            RAISE EXCEPTION USING ERRCODE = '22023',
+                MESSAGE = format('%s.%s is %s bytes, more than 1 MiB (1048576 bytes)',
+                                 TG_TABLE_NAME, v_column, octet_length(v_value::text));
+        END IF;
+        PERFORM office._check_json_depth(format('%s.%s', TG_TABLE_NAME, v_column), v_value);
+    END LOOP;
+    RETURN NEW;
+END
+$$;
+COMMENT ON FUNCTION office._stored_json_bounded() IS
+    'Internal: BEFORE INSERT OR UPDATE trigger: the jsonb columns named by its arguments, where written (inserted or changed), are at most 1 MiB as text and 64 levels deep, else 22023 naming table.column.';
+REVOKE EXECUTE ON FUNCTION office._stored_json_bounded() FROM PUBLIC;
+
 -- === runs (30_runs.sql) =======================================================
 -- Operator actions on finished runs (since 0.5.0): a failed or cancelled run
 -- goes back to queued in place, so the key it serves (its own and the ones
@@ -135,7 +198,605 @@ COMMENT ON FUNCTION office.cancel_runs(text[], text) IS
     'cancel_run for each of run_ids in one statement, the runs locked in id order: queued|claimed -> cancelled with cancel_reason; returns the number cancelled (unknown ids and other statuses are skipped). More than 10,000 ids, reason over 64 KiB 22023 (since 0.5.0).';
 REVOKE EXECUTE ON FUNCTION office.cancel_runs(text[], text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.cancel_runs(text[], text) TO office_admin;
+-- Both enqueue functions check the depth of what they are given;
+-- enqueue_runs takes at most 10,000 elements; rows written directly are
+-- checked by a trigger.
+CREATE TRIGGER runs_05_bounded
+    BEFORE INSERT OR UPDATE OF payload, context_snapshot ON office.runs
+    FOR EACH ROW
+    WHEN (pg_catalog.pg_column_size(NEW.payload) > 512 OR pg_catalog.pg_column_size(NEW.context_snapshot) > 512)
+    EXECUTE FUNCTION office._stored_json_bounded('payload', 'context_snapshot');
+
+CREATE OR REPLACE FUNCTION office.enqueue_run(agent_profile_id text, reason text, payload jsonb DEFAULT '{}',
+                                   idempotency_key text DEFAULT NULL, task_id text DEFAULT NULL,
+                                   entry_triggered boolean DEFAULT false,
+                                   keyless_cause text DEFAULT NULL, keyless_detail text DEFAULT NULL)
+    RETURNS office.enqueue_result
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    -- The arguments by position, not as enqueue_run.agent_profile_id: where
+    -- the library is installed, sql/95_native.sql keeps this body under
+    -- another name (office._enqueue_run_plpgsql).
+    v_agent   text := $1;
+    v_reason  text := $2;
+    v_payload jsonb := $3;
+    v_key     text := nullif($4, '');
+    v_task    text := nullif($5, '');
+    v_entry   boolean := coalesce($6, false);
+    v_cause   text := nullif($7, '');
+    v_status  text;
+    v_window  interval;
+    v_locks   record;
+    v_key_lock    bigint;
+    v_bucket_lock bigint;
+    v_id      text;
+    v_at      timestamptz;
+    v_result  office.enqueue_result;
+BEGIN
+    -- 1. Validate. Nothing is written before this block has passed.
+    IF v_agent IS NULL OR v_agent = '' THEN
+        RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'agent_profile_id must not be empty';
+    END IF;
+    IF v_reason IS NULL OR v_reason = '' THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('reason must not be empty (agent %s)', quote_literal(v_agent));
+    END IF;
+    -- Assignments, not PERFORM: an expression is evaluated without starting
+    -- a statement (1 % of a fresh enqueue's instructions for the two).
+    v_reason := office._check_short_text('reason', v_reason);
+    v_task := office._check_short_text('task_id', v_task);
+    IF v_payload IS NULL OR jsonb_typeof(v_payload) <> 'object' THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('payload must be a JSON object, not %s', coalesce(jsonb_typeof(v_payload), 'NULL'));
+    END IF;
+    IF octet_length(v_payload::text) > 1048576 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('payload is %s bytes, more than 1 MiB (1048576 bytes)', octet_length(v_payload::text));
+    END IF;
+    v_payload := office._check_json_depth('payload', v_payload);
+    IF length(v_key) > 512 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('idempotency_key %s... is %s characters, more than 512',
+                             quote_literal(left(v_key, 40)), length(v_key));
+    END IF;
+    IF v_cause IS NOT NULL THEN
+        IF v_cause NOT IN ('unresolved', 'by_design') THEN
+            RAISE EXCEPTION USING ERRCODE = '22023',
+                MESSAGE = format('unknown keyless_cause %s (expected unresolved or by_design)', quote_literal(v_cause));
+        END IF;
+        IF v_key IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = '22023',
+                MESSAGE = format('keyless_cause %s given together with idempotency_key %s',
+                                 quote_literal(v_cause), quote_literal(v_key));
+        END IF;
+    END IF;
+    SELECT a.status INTO v_status FROM office.agent_profiles a WHERE a.id = v_agent;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'OFA01', MESSAGE = format('agent %s not found', quote_literal(v_agent));
+    END IF;
+    IF v_status = ANY (office._statuses_refusing_runs()) THEN
+        RAISE EXCEPTION USING ERRCODE = 'OFA02',
+            MESSAGE = format('agent %s is %s and does not accept runs', quote_literal(v_agent), v_status);
+    END IF;
+
+    -- A keyless call reported with a cause is counted whatever its outcome.
+    IF v_cause IS NOT NULL THEN
+        PERFORM office._count_keyless(v_reason, v_cause);
+    END IF;
+
+    v_payload := v_payload || jsonb_build_object('agent_profile_id', v_agent);
+    IF v_task IS NOT NULL THEN
+        v_payload := v_payload || jsonb_build_object('task_id', v_task);
+    END IF;
+    v_locks := office._run_locks(ARRAY[v_agent], ARRAY[v_reason], ARRAY[v_key], ARRAY[v_task], ARRAY[v_entry]);
+    v_key_lock := v_locks.key_locks[1];
+    v_bucket_lock := v_locks.bucket_locks[1];
+
+    -- 2. A served key (own or recorded, any status, any age) is a dedup,
+    -- before any coalescing. The key lock makes lookup-then-act atomic per
+    -- key: a request that waited reads what the holder committed.
+    -- (Each lock is tried here first: _run_lock, a function call, only when
+    -- another transaction holds it.)
+    IF v_key IS NOT NULL THEN
+        IF NOT pg_try_advisory_xact_lock(v_key_lock) THEN
+            PERFORM office._run_lock(v_key_lock, v_agent, v_reason, v_key);
+        END IF;
+        SELECT r.id, r.requested_at INTO v_id, v_at FROM office.runs r WHERE r.idempotency_key = v_key;
+        IF v_id IS NULL THEN
+            SELECT k.run_id, k.recorded_at INTO v_id, v_at
+              FROM office.run_keys_recorded k WHERE k.idempotency_key = v_key;
+        END IF;
+        IF v_id IS NOT NULL THEN
+            v_window := office._window('office.idempotency_window', interval '24 hours');
+            v_result := ('deduped', CASE WHEN v_at > now() - v_window THEN 'windowed' ELSE 'durable' END, v_id);
+            PERFORM office._count_dedup('runs', v_reason, v_result.dedup_kind);
+            RETURN v_result;
+        END IF;
+    END IF;
+
+    -- 3. Coalesce, unless the request is entry-triggered or comment-keyed.
+    IF v_bucket_lock IS NOT NULL THEN
+        -- One coalescible enqueue per bucket at a time: the lookup below and
+        -- the insert of step 4 are a check-then-act.
+        IF NOT pg_try_advisory_xact_lock(v_bucket_lock) THEN
+            PERFORM office._run_lock(v_bucket_lock, v_agent, v_reason, NULL);
+        END IF;
+        v_window := office._window('office.coalesce_window', interval '5 seconds');
+        -- A target being claimed right now is skipped (SKIP LOCKED): a
+        -- claimed run is never a target, and claimers never wait for us.
+        IF v_task IS NULL THEN
+            UPDATE office.runs r
+               SET coalesced_count = r.coalesced_count + 1, payload = v_payload
+             WHERE r.id = (SELECT t.id
+                             FROM office.runs t
+                            WHERE t.agent_profile_id = v_agent AND t.reason = v_reason
+                              AND t.task_id IS NULL
+                              AND t.status COLLATE "C" = 'queued' AND t.requested_at > now() - v_window
+                              AND NOT t.entry_triggered
+                              AND (t.idempotency_key IS NULL
+                                   OR NOT starts_with(t.idempotency_key, 'task_comment:'))
+                            ORDER BY t.requested_at DESC, t.id COLLATE "C" DESC
+                            LIMIT 1
+                              FOR UPDATE SKIP LOCKED)
+            RETURNING r.id INTO v_id;
+        ELSE
+            -- Only idx_run_task_reason serves it: status compared under "C"
+            -- (sql/30_runs.sql, "Plans").
+            UPDATE office.runs r
+               SET coalesced_count = r.coalesced_count + 1, payload = v_payload
+             WHERE r.id = (SELECT t.id
+                             FROM office.runs t
+                            WHERE t.agent_profile_id = v_agent AND t.reason = v_reason
+                              AND t.task_id = v_task
+                              AND t.status COLLATE "C" = 'queued' AND t.requested_at > now() - v_window
+                              AND NOT t.entry_triggered
+                              AND (t.idempotency_key IS NULL
+                                   OR NOT starts_with(t.idempotency_key, 'task_comment:'))
+                            ORDER BY t.requested_at DESC, t.id COLLATE "C" DESC
+                            LIMIT 1
+                              FOR UPDATE SKIP LOCKED)
+            RETURNING r.id INTO v_id;
+        END IF;
+        IF v_id IS NOT NULL THEN
+            -- The target serves the incoming key from now on.
+            IF v_key IS NOT NULL THEN
+                INSERT INTO office.run_keys_recorded (idempotency_key, run_id) VALUES (v_key, v_id);
+            END IF;
+            PERFORM office._count_dedup('runs', v_reason, 'coalesced');
+            v_result := ('coalesced', NULL, v_id);
+            RETURN v_result;
+        END IF;
+    END IF;
+
+    -- 4. Insert. The key lock already keeps a second inserter of the key
+    -- out; the unique index stays the backstop against writers that bypass
+    -- this function: ON CONFLICT waits for an in-flight inserter, then DO
+    -- NOTHING, and the next statement (a fresh snapshot) finds the holder. If
+    -- the holder vanished meanwhile (rolled back, pruned), try again.
+    LOOP
+        INSERT INTO office.runs (agent_profile_id, reason, payload, idempotency_key, task_id, entry_triggered)
+        VALUES (v_agent, v_reason, v_payload, v_key, v_task, v_entry)
+        ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+        RETURNING id INTO v_id;
+        IF v_id IS NOT NULL THEN
+            PERFORM office._signal_runs(ARRAY[v_agent], ARRAY[v_id]);
+            v_result := ('queued', NULL, v_id);
+            RETURN v_result;
+        END IF;
+        SELECT r.id INTO v_id FROM office.runs r WHERE r.idempotency_key = v_key;
+        IF FOUND THEN
+            PERFORM office._count_dedup('runs', v_reason, 'durable');
+            v_result := ('deduped', 'durable', v_id);
+            RETURN v_result;
+        END IF;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION office.enqueue_run(text, text, jsonb, text, text, boolean, text, text) IS
+    'Enqueues a run: a key already served (own or recorded by a coalesce) -> deduped windowed|durable; else coalesce (the key is recorded on the target); else insert. Returns (outcome queued|deduped|coalesced, dedup_kind windowed|durable, run_id); on queued the wake-up signal of office.notify (NOTIFY office_runs, the agent id). Bad input 22023, unknown agent OFA01, agent not accepting runs OFA02.';
+REVOKE EXECUTE ON FUNCTION office.enqueue_run(text, text, jsonb, text, text, boolean, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.enqueue_run(text, text, jsonb, text, text, boolean, text, text)
+    TO office_producer, office_admin;
+
+CREATE OR REPLACE FUNCTION office.enqueue_runs(requests jsonb)
+    RETURNS TABLE (ordinality int, outcome text, dedup_kind text, run_id text)
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    SET enable_seqscan = off
+AS $$
+DECLARE
+    v_elem    jsonb;
+    v_ord     int := 0;
+    v_bad     text;
+    v_res     office.enqueue_result;
+    v_state   text;
+    v_msg     text;
+    v_detail  text;
+    v_hint    text;
+    v_lock    record;
+    v_done    bigint := 0;
+    v_valid   boolean;
+    v_fast    boolean;
+    v_window  interval;
+    v_agents  text[];
+    v_reasons text[];
+    v_payloads jsonb[];
+    v_keys    text[];
+    v_tasks   text[];
+    v_entries boolean[];
+    v_causes  text[];
+    v_key_locks    bigint[];
+    v_bucket_locks bigint[];
+    v_new     text[];
+BEGIN
+    IF requests IS NULL OR jsonb_typeof(requests) <> 'array' THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('enqueue_runs: requests must be a JSON array, not %s',
+                             coalesce(jsonb_typeof(requests), 'NULL'));
+    END IF;
+    IF jsonb_array_length(requests) > 10000 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('enqueue_runs: %s requests, more than 10,000 in one call', jsonb_array_length(requests));
+    END IF;
+    -- The elements, normalised as enqueue_run normalises its arguments, and
+    -- whether every one of them passes enqueue_run's checks (valid is never
+    -- true for an element that enqueue_run or the loop below would refuse;
+    -- the loop reports the refusal).
+    SELECT coalesce(bool_and(x.valid), true),
+           array_agg(x.agent ORDER BY x.n), array_agg(x.reason ORDER BY x.n),
+           array_agg(CASE WHEN x.valid THEN x.payload || jsonb_build_object('agent_profile_id', x.agent)
+                                        || CASE WHEN x.task IS NOT NULL
+                                                THEN jsonb_build_object('task_id', x.task)
+                                                ELSE '{}'::jsonb END END ORDER BY x.n),
+           array_agg(x.key ORDER BY x.n), array_agg(x.task ORDER BY x.n),
+           array_agg(x.entry ORDER BY x.n), array_agg(x.cause ORDER BY x.n)
+      INTO v_valid, v_agents, v_reasons, v_payloads, v_keys, v_tasks, v_entries, v_causes
+      FROM (SELECT y.*,
+                   CASE WHEN y.is_object THEN
+                       -- no unknown key; strings where enqueue_run takes text
+                       y.value - ARRAY['agent_profile_id', 'reason', 'payload', 'idempotency_key', 'task_id',
+                                       'entry_triggered', 'keyless_cause', 'keyless_detail'] = '{}'::jsonb
+                       AND coalesce(jsonb_typeof(y.value -> 'agent_profile_id') = 'string', false)
+                       AND coalesce(jsonb_typeof(y.value -> 'reason') = 'string', false)
+                       AND coalesce(jsonb_typeof(y.value -> 'idempotency_key') IN ('string', 'null'), true)
+                       AND coalesce(jsonb_typeof(y.value -> 'task_id') IN ('string', 'null'), true)
+                       AND coalesce(jsonb_typeof(y.value -> 'keyless_cause') IN ('string', 'null'), true)
+                       AND coalesce(jsonb_typeof(y.value -> 'keyless_detail') IN ('string', 'null'), true)
+                       AND coalesce(jsonb_typeof(y.value -> 'entry_triggered') IN ('boolean', 'null'), true)
+                       AND y.agent <> '' AND y.reason <> ''
+                       AND length(y.reason) <= 200 AND y.reason !~ '[\u0001-\u001f\u007f-\u009f]'
+                       AND coalesce(length(y.task) <= 200 AND y.task !~ '[\u0001-\u001f\u007f-\u009f]', true)
+                       AND jsonb_typeof(y.payload) = 'object' AND octet_length(y.payload::text) <= 1048576
+                       AND office._json_depth_ok(y.payload)
+                       AND coalesce(length(y.key) <= 512, true)
+                       AND (y.cause IS NULL OR (y.cause IN ('unresolved', 'by_design') AND y.key IS NULL))
+                       -- A LIMIT 1 probe, not EXISTS: PostgreSQL 18 plans that EXISTS
+                       -- as a hashed subplan over every agent (a scan of the table).
+                       AND coalesce((SELECT true FROM office.agent_profiles a
+                                      WHERE a.id = y.agent AND a.status <> ALL (office._statuses_refusing_runs())
+                                      LIMIT 1), false)
+                   END IS TRUE AS valid
+              FROM (SELECT e.n, e.value, jsonb_typeof(e.value) = 'object' AS is_object,
+                           e.value ->> 'agent_profile_id' AS agent, e.value ->> 'reason' AS reason,
+                           CASE WHEN e.value ? 'payload' THEN e.value -> 'payload' ELSE '{}'::jsonb END AS payload,
+                           nullif(e.value ->> 'idempotency_key', '') AS key,
+                           nullif(e.value ->> 'task_id', '') AS task,
+                           CASE WHEN jsonb_typeof(e.value -> 'entry_triggered') = 'boolean'
+                                THEN (e.value ->> 'entry_triggered')::boolean ELSE false END AS entry,
+                           nullif(e.value ->> 'keyless_cause', '') AS cause
+                      FROM jsonb_array_elements(requests) WITH ORDINALITY AS e(value, n)) AS y
+            OFFSET 0) AS x;
+    -- (A non-object element has no agent and no key: no lock.)
+    SELECT l.key_locks, l.bucket_locks INTO v_key_locks, v_bucket_locks
+      FROM office._run_locks(v_agents, v_reasons, v_keys, v_tasks, v_entries) AS l;
+
+    -- Every lock the elements will take, up front and in the global order
+    -- (all key locks, then all bucket locks, each by ascending id), so two
+    -- bulk calls never hold one lock each while waiting for the other's:
+    -- the elements' own enqueue_run then finds its locks held. The locks are
+    -- tried in that order and the walk stops at the first one held by
+    -- another transaction (LIMIT 1 over the sorted list: none after it is
+    -- tried), which is then waited for before the walk goes on after it.
+    LOOP
+        SELECT l.n, l.id, l.agent, l.reason, l.key INTO v_lock
+          FROM (SELECT row_number() OVER (ORDER BY k.cls, k.id) AS n, k.id, k.agent, k.reason, k.key
+                  FROM (SELECT DISTINCT ON (k.cls, k.id) k.cls, k.id, k.agent, k.reason, k.key
+                          FROM unnest(v_key_locks, v_bucket_locks, v_agents, v_reasons, v_keys)
+                                 AS u(key_lock, bucket_lock, agent, reason, key)
+                         CROSS JOIN LATERAL (VALUES (0, u.key_lock, u.agent, u.reason, u.key),
+                                                    (1, u.bucket_lock, u.agent, u.reason, NULL))
+                                 AS k(cls, id, agent, reason, key)
+                         WHERE k.id IS NOT NULL
+                         ORDER BY k.cls, k.id) AS k
+                 ORDER BY k.cls, k.id
+                OFFSET 0) AS l
+         WHERE l.n > v_done AND NOT pg_try_advisory_xact_lock(l.id)
+         LIMIT 1;
+        EXIT WHEN NOT FOUND;
+        PERFORM office._run_lock(v_lock.id, v_lock.agent, v_lock.reason, v_lock.key);
+        v_done := v_lock.n;
+    END LOOP;
+
+    -- The set-based path, if it gives what the elements one by one would.
+    v_fast := v_valid AND coalesce(current_setting('office.notify', true), '') IN ('', 'edge', 'every', 'on', 'off');
+    IF v_fast AND EXISTS (SELECT FROM unnest(v_bucket_locks) AS b WHERE b IS NOT NULL) THEN
+        BEGIN
+            v_window := office._window('office.coalesce_window', interval '5 seconds');
+        EXCEPTION WHEN OTHERS THEN
+            v_fast := false;  -- the first coalescible element reports it below
+        END;
+    END IF;
+    IF v_fast THEN
+        SELECT NOT EXISTS (SELECT FROM unnest(v_keys) AS k WHERE k IS NOT NULL
+                            GROUP BY k HAVING count(*) > 1)
+           AND NOT EXISTS (SELECT FROM unnest(v_bucket_locks) AS b WHERE b IS NOT NULL
+                            GROUP BY b HAVING count(*) > 1)
+           -- A key held as a run's own key is met by the insert below.
+           AND NOT EXISTS (SELECT FROM unnest(v_keys) AS k
+                            WHERE EXISTS (SELECT FROM office.run_keys_recorded c WHERE c.idempotency_key = k))
+           -- A queued run in a coalescible element's bucket, younger than the
+           -- window (whether or not it could be a target): leave it to enqueue_run.
+           -- Lateral probes (LIMIT 1 each), not EXISTS: PostgreSQL 18 made
+           -- these EXISTS hashed subplans that read every queued run.
+           AND NOT EXISTS (SELECT FROM unnest(v_agents, v_reasons, v_tasks, v_bucket_locks) AS u(agent, reason, task, lock)
+                             LEFT JOIN LATERAL (SELECT true AS queued FROM office.runs t
+                                                 WHERE u.task IS NULL
+                                                   AND t.agent_profile_id = u.agent AND t.reason = u.reason
+                                                   AND t.task_id IS NULL AND t.status COLLATE "C" = 'queued'
+                                                   AND t.requested_at > now() - v_window
+                                                 LIMIT 1) AS b ON true
+                             LEFT JOIN LATERAL (SELECT true AS queued FROM office.runs t
+                                                 WHERE t.agent_profile_id = u.agent AND t.reason = u.reason
+                                                   AND t.task_id = u.task AND t.status COLLATE "C" = 'queued'
+                                                   AND t.requested_at > now() - v_window
+                                                 LIMIT 1) AS k ON true
+                            WHERE u.lock IS NOT NULL AND (b.queued OR k.queued))
+          INTO v_fast;
+    END IF;
+
+    IF v_fast THEN
+        BEGIN
+            -- A keyless call reported with a cause is counted, as enqueue_run counts it.
+            PERFORM office._count_keyless(u.reason, u.cause)
+               FROM unnest(v_reasons, v_causes) WITH ORDINALITY AS u(reason, cause, n)
+              WHERE u.cause IS NOT NULL
+              ORDER BY u.n;
+            -- Insert, ids made in element order (so they sort in that order).
+            -- No key is a recorded one (above). A key that is a run's own key
+            -- (however it was written) is met by the unique index: 23505 ends
+            -- the block, and the elements go one by one below, which dedups
+            -- them. That is cheaper than looking every key up first, and than
+            -- ON CONFLICT (a speculative insert costs about a fifth of the
+            -- statement).
+            v_new := office._uuid_v7s(cardinality(v_agents));
+            INSERT INTO office.runs (id, agent_profile_id, reason, payload, idempotency_key, task_id, entry_triggered)
+            SELECT u.id, u.agent, u.reason, u.payload, u.key, u.task, u.entry
+              FROM unnest(v_new, v_agents, v_reasons, v_payloads, v_keys, v_tasks, v_entries)
+                     AS u(id, agent, reason, payload, key, task, entry);
+            PERFORM office._signal_runs(v_agents, v_new);
+        EXCEPTION WHEN OTHERS THEN
+            -- A key held by a run (above), or anything else that fails: the
+            -- block's work is undone and the elements go one by one, which
+            -- gives each its outcome or reports the error with its element.
+            v_fast := false;
+        END;
+    END IF;
+
+    IF v_fast THEN
+        RETURN QUERY SELECT u.n::int, 'queued'::text, NULL::text, u.id
+                       FROM unnest(v_new) WITH ORDINALITY AS u(id, n) ORDER BY u.n;
+        RETURN;
+    END IF;
+
+    -- One block (one subtransaction) around the elements, not one per
+    -- element: its only job is to put the ordinality into the message of
+    -- whatever error an element raises, keeping its SQLSTATE.
+    BEGIN
+        FOR v_elem IN SELECT e.value FROM jsonb_array_elements(requests) WITH ORDINALITY AS e(value, n) ORDER BY e.n
+        LOOP
+            v_ord := v_ord + 1;
+            IF jsonb_typeof(v_elem) <> 'object' THEN
+                RAISE EXCEPTION USING ERRCODE = '22023',
+                    MESSAGE = format('element is a JSON %s, not an object', jsonb_typeof(v_elem));
+            END IF;
+            SELECT k INTO v_bad FROM jsonb_object_keys(v_elem) AS k
+             WHERE k NOT IN ('agent_profile_id', 'reason', 'payload', 'idempotency_key', 'task_id',
+                             'entry_triggered', 'keyless_cause', 'keyless_detail')
+             ORDER BY k LIMIT 1;
+            IF FOUND THEN
+                RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = format('unknown key %s', quote_literal(v_bad));
+            END IF;
+            SELECT f.key INTO v_bad FROM jsonb_each(v_elem) AS f
+             WHERE f.key NOT IN ('payload', 'entry_triggered')
+               AND jsonb_typeof(f.value) NOT IN ('string', 'null')
+             ORDER BY f.key LIMIT 1;
+            IF FOUND THEN
+                RAISE EXCEPTION USING ERRCODE = '22023',
+                    MESSAGE = format('%s must be a JSON string, not %s', v_bad, jsonb_typeof(v_elem -> v_bad));
+            END IF;
+            IF jsonb_typeof(v_elem -> 'entry_triggered') NOT IN ('boolean', 'null') THEN
+                RAISE EXCEPTION USING ERRCODE = '22023',
+                    MESSAGE = format('entry_triggered must be a JSON boolean, not %s',
+                                     jsonb_typeof(v_elem -> 'entry_triggered'));
+            END IF;
+            v_res := office.enqueue_run(
+                agent_profile_id => v_elem ->> 'agent_profile_id',
+                reason           => v_elem ->> 'reason',
+                payload          => CASE WHEN v_elem ? 'payload' THEN v_elem -> 'payload' ELSE '{}'::jsonb END,
+                idempotency_key  => v_elem ->> 'idempotency_key',
+                task_id          => v_elem ->> 'task_id',
+                entry_triggered  => coalesce((v_elem ->> 'entry_triggered')::boolean, false),
+                keyless_cause    => v_elem ->> 'keyless_cause',
+                keyless_detail   => v_elem ->> 'keyless_detail');
+            ordinality := v_ord;
+            outcome := v_res.outcome;
+            dedup_kind := v_res.dedup_kind;
+            run_id := v_res.run_id;
+            RETURN NEXT;
+        END LOOP;
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_msg = MESSAGE_TEXT,
+                                v_detail = PG_EXCEPTION_DETAIL, v_hint = PG_EXCEPTION_HINT;
+        v_detail := concat_ws(' ', nullif(v_detail, ''), nullif(v_hint, ''));
+        IF v_detail = '' THEN
+            RAISE EXCEPTION USING ERRCODE = v_state,
+                MESSAGE = format('enqueue_runs element %s: %s', v_ord, v_msg);
+        ELSE
+            RAISE EXCEPTION USING ERRCODE = v_state,
+                MESSAGE = format('enqueue_runs element %s: %s', v_ord, v_msg), DETAIL = v_detail;
+        END IF;
+    END;
+END
+$$;
+COMMENT ON FUNCTION office.enqueue_runs(jsonb) IS
+    'Bulk enqueue_run: an array of objects with enqueue_run''s parameter names, applied in order; one (ordinality, outcome, dedup_kind, run_id) per element. Takes every element''s locks up front in one global order, so bulk calls never deadlock each other. Any invalid element fails the whole call with its SQLSTATE and ordinality.';
+REVOKE EXECUTE ON FUNCTION office.enqueue_runs(jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.enqueue_runs(jsonb) TO office_producer, office_admin;
 -- (end of runs)
+
+-- === events (45_events.sql) =================================================
+CREATE TRIGGER events_05_bounded
+    BEFORE INSERT OR UPDATE OF payload ON office.events
+    FOR EACH ROW EXECUTE FUNCTION office._stored_json_bounded('payload');
+
+-- === wakeups (50_wakeups.sql) ================================================
+-- request_wakeup checks the depth of its payload; a trigger checks its bounds
+-- on rows written directly.
+CREATE OR REPLACE FUNCTION office.request_wakeup(agent_profile_id text, source text, reason text DEFAULT '',
+                                      payload jsonb DEFAULT '{}', idempotency_key text DEFAULT NULL)
+    RETURNS office.wakeup_result
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_agent   text := request_wakeup.agent_profile_id;
+    v_reason  text := coalesce(request_wakeup.reason, '');
+    v_payload jsonb := request_wakeup.payload;
+    v_key     text := nullif(request_wakeup.idempotency_key, '');
+    v_id      text;
+    v_result  office.wakeup_result;
+BEGIN
+    IF v_agent IS NULL OR v_agent = '' THEN
+        RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'agent_profile_id must not be empty';
+    END IF;
+    IF request_wakeup.source IS NULL OR request_wakeup.source = '' THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('source of the wakeup of agent %s must not be empty', quote_literal(v_agent));
+    END IF;
+    -- The reason becomes the reason of the run it makes (dispatch_wakeup):
+    -- a short word like enqueue_run's; '' means none.
+    PERFORM office._check_short_text('source', request_wakeup.source);
+    PERFORM office._check_short_text('reason', v_reason);
+    IF v_payload IS NULL OR jsonb_typeof(v_payload) <> 'object' THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('payload must be a JSON object, not %s', coalesce(jsonb_typeof(v_payload), 'NULL'));
+    END IF;
+    IF octet_length(v_payload::text) > 1048576 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('payload is %s bytes, more than 1 MiB (1048576 bytes)', octet_length(v_payload::text));
+    END IF;
+    PERFORM office._check_json_depth('payload', v_payload);
+    IF length(v_key) > 512 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('idempotency_key %s... is %s characters, more than 512',
+                             quote_literal(left(v_key, 40)), length(v_key));
+    END IF;
+    IF NOT EXISTS (SELECT FROM office.agent_profiles a WHERE a.id = v_agent) THEN
+        RAISE EXCEPTION USING ERRCODE = 'OFA01', MESSAGE = format('agent %s not found', quote_literal(v_agent));
+    END IF;
+
+    -- ON CONFLICT waits for an in-flight inserter of the key; once it has
+    -- committed, DO NOTHING, and the next statement finds the holder. If the
+    -- holder vanished meanwhile (rolled back), try again.
+    LOOP
+        INSERT INTO office.wakeup_requests AS w (agent_profile_id, source, reason, payload, idempotency_key)
+        VALUES (v_agent, request_wakeup.source, v_reason, v_payload, v_key)
+        ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+        RETURNING w.id INTO v_id;
+        IF v_id IS NOT NULL THEN
+            -- office.notify = off silences this NOTIFY too (see enqueue_run).
+            IF current_setting('office.notify', true) IS DISTINCT FROM 'off' THEN
+                PERFORM pg_notify('office_wakeups', v_id);
+            END IF;
+            v_result := ('queued', NULL, v_id);
+            RETURN v_result;
+        END IF;
+        SELECT w.id INTO v_id FROM office.wakeup_requests w WHERE w.idempotency_key = v_key;
+        IF FOUND THEN
+            PERFORM office._count_dedup('wakeup', v_reason, 'durable');
+            v_result := ('deduped', 'durable', v_id);
+            RETURN v_result;
+        END IF;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION office.request_wakeup(text, text, text, jsonb, text) IS
+    'Records a queued wakeup request (NOTIFY office_wakeups unless office.notify = off) or, for a key already requested, (deduped, durable, <holder>) counted on queue wakeup. Empty agent or source, a source or reason over 200 characters or with a control character, a NULL or non-object payload, a payload over 1 MiB or nested more than 64 levels deep, a key over 512 characters 22023 (rows written directly are checked by a trigger too); unknown agent OFA01.';
+REVOKE EXECUTE ON FUNCTION office.request_wakeup(text, text, text, jsonb, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.request_wakeup(text, text, text, jsonb, text) TO office_producer, office_admin;
+
+CREATE FUNCTION office._wakeup_requests_bounded() RETURNS trigger
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_insert boolean := TG_OP = 'INSERT';
+BEGIN
+    IF v_insert OR NEW.source IS DISTINCT FROM OLD.source THEN
+        PERFORM office._check_short_text('source', NEW.source);
+    END IF;
+    IF v_insert OR NEW.reason IS DISTINCT FROM OLD.reason THEN
+        IF NEW.status = 'queued' THEN
+            PERFORM office._check_short_text('reason', NEW.reason);
+        ELSE
+            PERFORM office._check_free_text('reason', NEW.reason);
+        END IF;
+    END IF;
+    IF v_insert OR NEW.payload IS DISTINCT FROM OLD.payload THEN
+        IF octet_length(NEW.payload::text) > 1048576 THEN
+            RAISE EXCEPTION USING ERRCODE = '22023',
+                MESSAGE = format('payload is %s bytes, more than 1 MiB (1048576 bytes)', octet_length(NEW.payload::text));
+        END IF;
+        PERFORM office._check_json_depth('payload', NEW.payload);
+    END IF;
+    RETURN NEW;
+END
+$$;
+COMMENT ON FUNCTION office._wakeup_requests_bounded() IS
+    'Internal: BEFORE INSERT OR UPDATE trigger of office.wakeup_requests: request_wakeup''s bounds on what a row writes (a queued row''s source and reason short words, a payload at most 1 MiB and 64 levels deep), 22023 naming the value.';
+REVOKE EXECUTE ON FUNCTION office._wakeup_requests_bounded() FROM PUBLIC;
+CREATE TRIGGER wakeup_requests_05_bounded
+    BEFORE INSERT OR UPDATE OF source, reason, payload ON office.wakeup_requests
+    FOR EACH ROW EXECUTE FUNCTION office._wakeup_requests_bounded();
+
+-- === routines (55_routines.sql) ==============================================
+CREATE OR REPLACE FUNCTION office._check_document(what text, value jsonb) RETURNS jsonb
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF octet_length(value::text) > 1048576 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('%s is %s bytes, more than 1 MiB (1048576 bytes)', what, octet_length(value::text));
+    END IF;
+    RETURN office._check_json_depth(what, value);
+END
+$$;
+COMMENT ON FUNCTION office._check_document(text, jsonb) IS
+    'Internal: returns value when it is NULL or at most 1 MiB as text and 64 levels deep, else raises 22023 naming the argument.';
+REVOKE EXECUTE ON FUNCTION office._check_document(text, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._check_document(text, jsonb) TO office_admin;
+CREATE TRIGGER routines_05_bounded
+    BEFORE INSERT OR UPDATE OF task_template, variables ON office.routines
+    FOR EACH ROW EXECUTE FUNCTION office._stored_json_bounded('task_template', 'variables');
+CREATE TRIGGER routine_runs_05_bounded
+    BEFORE INSERT OR UPDATE OF trigger_payload ON office.routine_runs
+    FOR EACH ROW EXECUTE FUNCTION office._stored_json_bounded('trigger_payload');
 
 -- === daemon (70_daemon.sql) ===================================================
 -- The wakeup loop dispatches the requests it picked in agent order, so two
@@ -216,6 +877,35 @@ END
 $$;
 COMMENT ON FUNCTION office.dispatch_queued_wakeups(int, interval) IS
     'The wakeup loop''s step: dispatch_wakeup for the oldest max_rows queued requests at least min_age old, dispatched in agent order (so two dispatchers never deadlock), skipping requests another transaction holds, requests set aside (office.poison) and agents that do not accept runs; a request whose agent is gone is failed (agent not found). One row per request: its status after the call (claimed, coalesced, skipped, noop, failed; queued when the dispatch raised because of the agent or a transient failure, set_aside when it raised for any other reason, both with error_message). max_rows below 1, negative min_age: 22023.';
+
+-- === native helpers (95_native.sql) ==========================================
+-- enqueue_run was replaced by its PL/pgSQL definition above: where the
+-- library is installed, keep that body as the one its C definition hands
+-- calls to, and bind the C definition again (as 95_native.sql does).
+DO $native$
+BEGIN
+    EXECUTE pg_catalog.format(
+        $create$CREATE OR REPLACE FUNCTION office._enqueue_run_plpgsql(agent_profile_id text, reason text, payload jsonb,
+                 idempotency_key text, task_id text, entry_triggered boolean,
+                 keyless_cause text, keyless_detail text)
+             RETURNS office.enqueue_result
+             LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+             SET search_path = pg_catalog, pg_temp
+             SET enable_seqscan = off
+             AS %L$create$,
+        (SELECT p.prosrc FROM pg_catalog.pg_proc p
+          WHERE p.oid = 'office.enqueue_run(text, text, jsonb, text, text, boolean, text, text)'::pg_catalog.regprocedure));
+    CREATE OR REPLACE FUNCTION office.enqueue_run(agent_profile_id text, reason text, payload jsonb DEFAULT '{}',
+                                                  idempotency_key text DEFAULT NULL, task_id text DEFAULT NULL,
+                                                  entry_triggered boolean DEFAULT false,
+                                                  keyless_cause text DEFAULT NULL, keyless_detail text DEFAULT NULL)
+        RETURNS office.enqueue_result
+        LANGUAGE c VOLATILE SECURITY DEFINER
+        AS '$libdir/office', 'office_enqueue_run';
+EXCEPTION WHEN undefined_file OR undefined_function OR insufficient_privilege THEN
+    NULL;
+END
+$native$;
 
 -- === version ==================================================================
 

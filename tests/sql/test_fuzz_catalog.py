@@ -63,6 +63,8 @@ HOSTILE: dict[str, str | None] = {
 EXTRA_BY_TYPE: dict[str, dict[str, str]] = {
     "jsonb": {
         "3000-deep JSON": "[" * 3000 + "]" * 3000,
+        "object 65 deep": '{"a": ' + "[" * 64 + "]" * 64 + "}",
+        "object 3000 deep": '{"a": ' + "[" * 3000 + "]" * 3000 + "}",
         "object with 64 KiB + 1": json.dumps({"title": "x" * (64 * 1024 + 1)}),
         "object with 1 MiB": json.dumps({"k": "y" * (MIB + 1)}),
         "JSON string": '"a"',
@@ -461,7 +463,10 @@ def bounds_query(conn: Conn) -> sql.Composed:
     """The columns of office tables holding a value past its bound."""
     checks = {
         "text": "pg_catalog.octet_length({c}) > 65536",
-        "jsonb": "pg_catalog.octet_length({c}::pg_catalog.text) > 1048576 + 65536",
+        "jsonb": (
+            "pg_catalog.octet_length({c}::pg_catalog.text) > 1048576 + 65536"
+            " OR NOT office._json_depth_ok({c})"
+        ),
         "timestamp with time zone": (
             "NOT pg_catalog.isfinite({c}) OR {c} < '1970-01-01 00:00+00'"
             " OR {c} >= '10000-01-01 00:00+00'"
