@@ -9,7 +9,6 @@ driven here with asyncpg instead of psycopg, one line each
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, TypeVar
@@ -22,6 +21,7 @@ from controlplane.client.facade import FacadeBase, async_method
 from controlplane.client.operations import Operations
 from controlplane.client.queries.core import RESET_SESSION
 from controlplane.errors import wrap_exceptions
+from controlplane.models.common import decode_json
 from controlplane.observability import Reporter
 
 __all__ = ["AsyncOffice", "drive_async", "perform_asyncpg", "reset_session"]
@@ -54,7 +54,7 @@ async def perform_asyncpg(conn: Any, call: Call) -> Reply:
         row = dict(record)
         for name in json_columns:
             if isinstance(row.get(name), str):
-                row[name] = json.loads(row[name])
+                row[name] = decode_json(row[name])
         rows.append(row)
     return Reply(rows, rowcount)
 

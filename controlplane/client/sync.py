@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import psycopg
 from prometheus_client import CollectorRegistry
 from psycopg.rows import dict_row
+from psycopg.types.json import set_json_loads
 from psycopg_pool import ConnectionPool
 
 from controlplane.client.core import Call, Flow, Reply, drive
@@ -24,6 +25,7 @@ from controlplane.client.operations import Operations
 from controlplane.client.queries import Query
 from controlplane.client.queries.core import RESET_SESSION
 from controlplane.errors import wrap_exceptions
+from controlplane.models.common import decode_json
 from controlplane.observability import Reporter
 
 __all__ = ["Office", "fetch_rows", "perform_psycopg", "reset_session"]
@@ -33,6 +35,7 @@ T = TypeVar("T")
 
 def perform_psycopg(conn: psycopg.Connection[Any], call: Call) -> Reply:
     with wrap_exceptions(), conn.cursor(row_factory=dict_row) as cur:
+        set_json_loads(decode_json, cur)
         cur.execute(call.query.text, call.params if call.query.parametrized else None)
         rows = cur.fetchall() if cur.description is not None else []
         return Reply(rows, cur.rowcount)
@@ -62,6 +65,7 @@ def fetch_rows(
     need no pool). The driver's errors stay as they are: these callers
     report them, there is no outcome to make of them."""
     with conn.cursor(row_factory=dict_row) as cur:
+        set_json_loads(decode_json, cur)
         cur.execute(query.text, params or {})
         return cur.fetchall() if cur.description is not None else []
 

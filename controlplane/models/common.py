@@ -7,7 +7,16 @@ import json
 from enum import StrEnum
 from typing import Any
 
-__all__ = ["DedupKind", "DedupQueue", "KeylessCause", "QueueOutcome", "_json_value"]
+__all__ = [
+    "UNDECODABLE",
+    "DedupKind",
+    "DedupQueue",
+    "KeylessCause",
+    "QueueOutcome",
+    "_json_value",
+    "decode_json",
+    "undecodable",
+]
 
 
 class QueueOutcome(StrEnum):
@@ -40,6 +49,30 @@ class KeylessCause(StrEnum):
     BY_DESIGN = "by_design"
 
 
+#: The one key of what :func:`decode_json` gives for a document it cannot decode.
+UNDECODABLE = "office.undecodable"
+
+
+def decode_json(data: str | bytes) -> Any:
+    """``json.loads``, except for a document nested too deep for Python's
+    decoder (``RecursionError``, near 1,000 levels; rows written before 0.5.0
+    bounded the depth at 64 can be that deep): it becomes ``{UNDECODABLE:
+    why}``, so the row is still read and what reads it refuses it (a worker
+    fails the run once, the dashboard says it cannot display it) instead of
+    the fetch failing at every try. Both drivers decode jsonb with it."""
+    try:
+        return json.loads(data)
+    except RecursionError:
+        return {UNDECODABLE: f"a JSON document of {len(data)} bytes nested too deep to decode"}
+
+
+def undecodable(value: Any) -> str | None:
+    """Why ``value`` could not be decoded (:func:`decode_json`), or None."""
+    if isinstance(value, dict) and len(value) == 1 and isinstance(value.get(UNDECODABLE), str):
+        return str(value[UNDECODABLE])
+    return None
+
+
 def _json_value(value: Any) -> Any:
     """asyncpg hands ``jsonb`` over as text; psycopg already decodes it."""
-    return json.loads(value) if isinstance(value, str) else value
+    return decode_json(value) if isinstance(value, str) else value

@@ -40,6 +40,7 @@ from controlplane.client import Office
 from controlplane.client.queries.dashboard import DASHBOARD_STATEMENT_TIMEOUT
 from controlplane.errors import OfficeError
 from controlplane.models import AgentStatus, RoutineSource
+from controlplane.models.common import undecodable
 from controlplane.ui import chart
 from controlplane.ui.guard import Guard, served_hosts
 from controlplane.ui.queries import (
@@ -149,8 +150,16 @@ def id_url(prefix: str, value: object) -> str:
 
 
 def _json(value: object) -> str:
-    """A stored JSON value as JSON (sorted, indented), not Python's repr."""
-    return json.dumps(value, sort_keys=True, indent=2, ensure_ascii=False)
+    """A stored JSON value as JSON (sorted, indented), not Python's repr; a
+    value the client could not decode, or one too deep to encode again, is
+    "cannot display" and why, not a 500 for the whole page."""
+    why = undecodable(value)
+    if why is not None:
+        return f"cannot display: {why}"
+    try:
+        return json.dumps(value, sort_keys=True, indent=2, ensure_ascii=False)
+    except RecursionError:
+        return "cannot display: nested too deep to show"
 
 
 def _environment() -> jinja2.Environment:

@@ -53,6 +53,7 @@ from controlplane.worker.core import CHANNEL, default_worker_id
 from controlplane.worker.handler import (
     HandlerError,
     Retry,
+    UndecodableRun,
     failure_text,
     is_async_handler,
     load_handler,
@@ -65,6 +66,7 @@ __all__ = [
     "AsyncWorker",
     "HandlerError",
     "Retry",
+    "UndecodableRun",
     "Worker",
     "WorkerMetrics",
     "default_worker_id",

@@ -27,7 +27,7 @@ from controlplane.worker.core import (
     _Slot,
     _State,
 )
-from controlplane.worker.handler import _Kind, _Outcome, _outcome_of
+from controlplane.worker.handler import _Kind, _Outcome, _outcome_of, refuse_undecodable
 
 
 class AsyncWorker(WorkerBase[AsyncOffice, Callable[[Run], Awaitable[object]]]):
@@ -210,6 +210,7 @@ class AsyncWorker(WorkerBase[AsyncOffice, Callable[[Run], Awaitable[object]]]):
         core = self._core
         started = time.perf_counter()
         try:
+            refuse_undecodable(slot.run)
             await self.handler(slot.run)
         except asyncio.CancelledError:
             core.metrics.handler_seconds.observe(time.perf_counter() - started)

@@ -14,6 +14,7 @@ from enum import Enum
 from typing import Any
 
 from controlplane.models import Run
+from controlplane.models.common import undecodable
 
 #: ``fail_run``'s ``error_message`` bound (API.md: free texts at most 64 KiB).
 ERROR_MESSAGE_BYTES = 64 * 1024
@@ -46,6 +47,21 @@ def failure_text(exc: BaseException) -> str:
     which PostgreSQL text cannot hold, is spelled ``\\x00``."""
     text = f"{type(exc).__name__}: {exc}".replace("\x00", "\\x00")
     return text.encode()[:ERROR_MESSAGE_BYTES].decode(errors="ignore")
+
+
+class UndecodableRun(Exception):
+    """A claimed run whose payload or context_snapshot the client could not
+    decode (:func:`controlplane.models.common.decode_json`): it is failed at
+    once with this message, its handler never called, so it is not claimed
+    again and again."""
+
+
+def refuse_undecodable(run: Run) -> None:
+    """Raise :class:`UndecodableRun` for a run the handler cannot be given."""
+    for field in ("payload", "context_snapshot"):
+        why = undecodable(getattr(run, field))
+        if why is not None:
+            raise UndecodableRun(f"run {run.id}: {field} cannot be decoded ({why})")
 
 
 class _Kind(Enum):

@@ -31,7 +31,7 @@ from controlplane.worker.core import (
     _Slot,
     _State,
 )
-from controlplane.worker.handler import _Kind, _Outcome, _outcome_of
+from controlplane.worker.handler import _Kind, _Outcome, _outcome_of, refuse_undecodable
 
 # --- the threaded worker ------------------------------------------------------------
 
@@ -186,6 +186,7 @@ class Worker(WorkerBase[Office, Callable[[Run], object]]):
         while (slot := self._work.get()) is not None:
             started = time.perf_counter()
             try:
+                refuse_undecodable(slot.run)
                 self.handler(slot.run)
             except BaseException as exc:  # SystemExit from a handler fails its run too
                 outcome = _outcome_of(exc)

@@ -56,9 +56,9 @@ BEGIN
     FOREACH v_column IN ARRAY TG_ARGV LOOP
         v_value := v_row -> v_column;
         CONTINUE WHEN TG_OP = 'UPDATE' AND v_value IS NOT DISTINCT FROM v_old -> v_column;
-        IF octet_length(v_value::text) > 1048576 THEN
+        IF octet_length(v_value::text) > 1052672 THEN
             RAISE EXCEPTION USING ERRCODE = '22023',
-                MESSAGE = format('%s.%s is %s bytes, more than 1 MiB (1048576 bytes)',
+                MESSAGE = format('%s.%s is %s bytes, more than 1 MiB and 4 KiB (1052672 bytes)',
                                  TG_TABLE_NAME, v_column, octet_length(v_value::text));
         END IF;
         PERFORM office._check_json_depth(format('%s.%s', TG_TABLE_NAME, v_column), v_value);
@@ -67,7 +67,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION office._stored_json_bounded() IS
-    'Internal: BEFORE INSERT OR UPDATE trigger: the jsonb columns named by its arguments, where written (inserted or changed), are at most 1 MiB as text and 64 levels deep, else 22023 naming table.column.';
+    'Internal: BEFORE INSERT OR UPDATE trigger: the jsonb columns named by its arguments, where written (inserted or changed), are at most 1 MiB and 4 KiB as text and 64 levels deep, else 22023 naming table.column.';
 REVOKE EXECUTE ON FUNCTION office._stored_json_bounded() FROM PUBLIC;
 
 -- === runs (30_runs.sql) =======================================================

@@ -44,6 +44,16 @@ UNINDEXABLE = "(SELECT string_agg(md5(g::text), '') FROM generate_series(1, 100)
 DEEP_JSON = "repeat('[', 3000) || repeat(']', 3000)"
 
 
+@contextmanager
+def stored_before_the_bounds(db: psycopg.Connection[Any]) -> Iterator[None]:
+    """Rows the tables' bound triggers (05_validation.sql) now refuse, written
+    as 0.4.0 stored them: an upgraded database still holds such rows, and the
+    loops must keep treating them as poison."""
+    with db.transaction():
+        db.execute("SET LOCAL session_replication_role = replica")
+        yield
+
+
 def only(loop: str) -> list[str]:
     return [arg for other in OTHERS if other != loop for arg in ("--disable", other)]
 
@@ -137,13 +147,14 @@ def test_subscriber_sets_aside_what_it_cannot_decode(db: psycopg.Connection[Any]
     # Written by hand, first in the outbox: a payload too deep for Python's
     # JSON decoder (the 0.3.0 reproducer: RecursionError, the batch never
     # acknowledged) and a creation time Python cannot represent.
-    deep = scalar(
-        db,
-        f"""INSERT INTO office.events (topic, task_id, payload)
-            VALUES ('task.assigned', 'nowhere',
-                    jsonb_build_object('task_id', 'nowhere', 'actor', ({DEEP_JSON})::jsonb))
-            RETURNING id""",
-    )
+    with stored_before_the_bounds(db):
+        deep = scalar(
+            db,
+            f"""INSERT INTO office.events (topic, task_id, payload)
+                VALUES ('task.assigned', 'nowhere',
+                        jsonb_build_object('task_id', 'nowhere', 'actor', ({DEEP_JSON})::jsonb))
+                RETURNING id""",
+        )
     ancient = scalar(
         db,
         """INSERT INTO office.events (topic, task_id, created_at)
@@ -206,16 +217,18 @@ def test_wakeups_sets_aside_a_request_that_fails_every_dispatch(
     # Six requests written by hand, older than everything: a reason the run
     # queue cannot index (54000 on every dispatch). Without setting them
     # aside they would fill every batch of five, first in line, forever.
-    poison = {
-        r[0]
-        for r in db.execute(
-            f"""INSERT INTO office.wakeup_requests
-                       (id, agent_profile_id, source, reason, requested_at)
-                SELECT 'poison-' || n, 'agent-p', 'manual', {UNINDEXABLE}, now() - interval '1 day'
-                  FROM generate_series(1, 6) n
-                RETURNING id"""
-        )
-    }
+    with stored_before_the_bounds(db):
+        poison = {
+            r[0]
+            for r in db.execute(
+                f"""INSERT INTO office.wakeup_requests
+                           (id, agent_profile_id, source, reason, requested_at)
+                    SELECT 'poison-' || n, 'agent-p', 'manual', {UNINDEXABLE},
+                           now() - interval '1 day'
+                      FROM generate_series(1, 6) n
+                    RETURNING id"""
+            )
+        }
     # The worst the API takes: the longest agent id and reason it accepts,
     # a payload of almost 1 MiB.
     db.execute("SELECT office.upsert_agent(%s, 'ws')", (LONG,))
@@ -448,24 +461,26 @@ def test_prune_has_no_poison_row(db: psycopg.Connection[Any], dsn: str) -> None:
     events, and their one trigger filters what it inserts: the worst rows the
     owner can write are deleted (or, never finished, kept) without a failure."""
     db.execute("SELECT office.upsert_agent('agent-q', 'ws')")
-    db.execute(
-        f"""INSERT INTO office.runs (id, agent_profile_id, reason, status, task_id, finished_at,
-                                     payload)
-            VALUES ('q-unindexable', 'agent-q', {UNINDEXABLE}, 'finished', NULL,
-                    now() - interval '30 days', '{{}}'),
-                   ('q-bc', 'agent-q', 'x', 'failed', NULL, '4713-01-01 BC', '{{}}'),
-                   ('q-minus-infinity', 'agent-q', 'x', 'cancelled', NULL, '-infinity', '{{}}'),
-                   ('q-infinity', 'agent-q', 'x', 'finished', NULL, 'infinity', '{{}}'),
-                   ('q-no-time', 'agent-q', 'x', 'finished', NULL, NULL, '{{}}'),
-                   ('q-orphan-wake', 'agent-q', 'task_children_completed', 'finished', 'no-task',
-                    now() - interval '30 days', jsonb_build_object('deep', ({DEEP_JSON})::jsonb))"""
-    )
-    db.execute(
-        f"""INSERT INTO office.events (topic, payload, processed_at, created_at)
-            VALUES ('task.assigned', jsonb_build_object('deep', ({DEEP_JSON})::jsonb),
-                    now() - interval '30 days', '4713-01-01 BC'),
-                   ('task.moved', '{{}}', '-infinity', 'infinity')"""
-    )
+    with stored_before_the_bounds(db):
+        db.execute(
+            f"""INSERT INTO office.runs (id, agent_profile_id, reason, status, task_id, finished_at,
+                                         payload)
+                VALUES ('q-unindexable', 'agent-q', {UNINDEXABLE}, 'finished', NULL,
+                        now() - interval '30 days', '{{}}'),
+                       ('q-bc', 'agent-q', 'x', 'failed', NULL, '4713-01-01 BC', '{{}}'),
+                       ('q-minus-infinity', 'agent-q', 'x', 'cancelled', NULL, '-infinity', '{{}}'),
+                       ('q-infinity', 'agent-q', 'x', 'finished', NULL, 'infinity', '{{}}'),
+                       ('q-no-time', 'agent-q', 'x', 'finished', NULL, NULL, '{{}}'),
+                       ('q-orphan-wake', 'agent-q', 'task_children_completed', 'finished',
+                        'no-task', now() - interval '30 days',
+                        jsonb_build_object('deep', ({DEEP_JSON})::jsonb))"""
+        )
+        db.execute(
+            f"""INSERT INTO office.events (topic, payload, processed_at, created_at)
+                VALUES ('task.assigned', jsonb_build_object('deep', ({DEEP_JSON})::jsonb),
+                        now() - interval '30 days', '4713-01-01 BC'),
+                       ('task.moved', '{{}}', '-infinity', 'infinity')"""
+        )
     gone = {"q-unindexable", "q-bc", "q-minus-infinity", "q-orphan-wake"}
     with daemon(dsn, "--metrics-port", "0", *only("prune"), "--prune-interval", "100ms",
                 "--retention", "7d") as run:  # fmt: skip

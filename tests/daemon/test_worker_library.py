@@ -206,3 +206,67 @@ def test_load_handler_names_what_failed(tmp_path: Any, monkeypatch: pytest.Monke
         load_handler("mod_ok:nope")
     with pytest.raises(HandlerError, match="module:function"):
         load_handler("mod_ok")
+
+
+def _plant_deep_run(db: psycopg.Connection[Any]) -> str:
+    """A run whose payload nests 1,200 levels deep, as 0.4.0 stored them
+    (0.5.0 refuses such a write: its trigger is off for the insert)."""
+    db.execute("SELECT office.upsert_agent('a1', 'ws')")
+    db.execute("ALTER TABLE office.runs DISABLE TRIGGER runs_05_bounded")
+    row = db.execute(
+        "INSERT INTO office.runs (agent_profile_id, reason, payload) VALUES ('a1', 'deep',"
+        " jsonb_build_object('deep', (repeat('[', 1200) || repeat(']', 1200))::jsonb))"
+        " RETURNING id"
+    ).fetchone()
+    db.execute("ALTER TABLE office.runs ENABLE TRIGGER runs_05_bounded")
+    assert row is not None
+    return str(row[0])
+
+
+def test_a_run_the_client_cannot_decode_is_failed_once(
+    db: psycopg.Connection[Any], dsn: str
+) -> None:
+    # 0.4.0: claim_run committed, the client raised RecursionError, the run
+    # was recovered and claimed again and again, and the agent's healthy runs
+    # never ran.
+    deep = _plant_deep_run(db)
+    (healthy,) = _setup(db)
+    seen: list[str] = []
+    with Office(dsn) as office:
+
+        def handle(run: Run) -> None:
+            seen.append(run.id)
+            worker.stop()
+
+        worker = Worker(office, handle, poll=0.1, registry=CollectorRegistry())
+        worker.run()
+    assert seen == [healthy]
+    status, attempt, error = _status(db, deep)
+    assert (status, attempt) == ("failed", 1)
+    assert error.startswith(f"UndecodableRun: run {deep}: payload cannot be decoded")
+    assert _status(db, healthy) == ("finished", 1, None)
+
+
+async def test_the_async_worker_fails_a_run_it_cannot_decode_once(
+    db: psycopg.Connection[Any], dsn: str
+) -> None:
+    deep = _plant_deep_run(db)
+    (healthy,) = _setup(db)
+    seen: list[str] = []
+
+    async def handle(run: Run) -> None:
+        seen.append(run.id)
+
+    async with AsyncOffice(dsn) as office:
+        worker = AsyncWorker(office, handle, poll=0.1, registry=CollectorRegistry())
+        task = asyncio.create_task(worker.run())
+        for _ in range(600):
+            if _status(db, healthy)[0] == "finished":
+                break
+            await asyncio.sleep(0.05)
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+    assert seen == [healthy]
+    status, attempt, error = _status(db, deep)
+    assert (status, attempt) == ("failed", 1)
+    assert error.startswith(f"UndecodableRun: run {deep}: payload cannot be decoded")

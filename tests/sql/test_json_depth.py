@@ -65,7 +65,11 @@ CALLS = [
         "SELECT office.create_routine('w1', 'n', task_template => %s)",
         "task_template",
     ),
-    ("create_routine variables", "SELECT office.create_routine('w1', 'n', variables => %s)", "variables"),
+    (
+        "create_routine variables",
+        "SELECT office.create_routine('w1', 'n', variables => %s)",
+        "variables",
+    ),
 ]
 
 
@@ -97,7 +101,7 @@ def test_dispatch_routine_refuses_deep_variables(db: Conn, agent: str) -> None:
         "SELECT id FROM office.create_routine('w1', 'n', assignee_agent_profile_id => 'a1')"
     ).fetchone()
     assert routine is not None
-    with pytest.raises(psycopg.errors.InvalidParameterValue, match="^variables nests more"):
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match=r"^variables nests more"):
         db.execute(
             "SELECT office.dispatch_routine(%s, 'manual', %s)", [routine[0], Jsonb(nested(65))]
         )
@@ -110,7 +114,11 @@ OWNER_WRITES = [
         "runs.payload",
     ),
     ("runs update", "UPDATE office.runs SET payload = %s", "runs.payload"),
-    ("runs context_snapshot", "UPDATE office.runs SET context_snapshot = %s", "runs.context_snapshot"),
+    (
+        "runs context_snapshot",
+        "UPDATE office.runs SET context_snapshot = %s",
+        "runs.context_snapshot",
+    ),
     (
         "wakeup_requests",
         "INSERT INTO office.wakeup_requests (agent_profile_id, source, payload)"
@@ -120,7 +128,8 @@ OWNER_WRITES = [
     ("wakeup update", "UPDATE office.wakeup_requests SET payload = %s", "payload"),
     (
         "routines",
-        "INSERT INTO office.routines (id, workspace_id, name, variables) VALUES ('R2', 'w1', 'n', %s)",
+        "INSERT INTO office.routines (id, workspace_id, name, variables)"
+        " VALUES ('R2', 'w1', 'n', %s)",
         "routines.variables",
     ),
     (
@@ -162,7 +171,8 @@ def test_a_wakeup_row_the_owner_writes_meets_request_wakeups_bounds(db: Conn, ag
         )
     with pytest.raises(psycopg.errors.InvalidParameterValue, match="control character"):
         db.execute(
-            "INSERT INTO office.wakeup_requests (agent_profile_id, source) VALUES ('a1', e'us\\ter')"
+            "INSERT INTO office.wakeup_requests (agent_profile_id, source)"
+            " VALUES ('a1', e'us\\ter')"
         )
     with pytest.raises(psycopg.errors.InvalidParameterValue, match="more than 1 MiB"):
         db.execute(
@@ -189,7 +199,7 @@ def test_a_large_payload_is_walked_too(db: Conn, agent: str, depth: int) -> None
     if depth == 64:
         assert db.execute(statement, [Jsonb(payload)]).fetchone() == ("queued",)
     else:
-        with pytest.raises(psycopg.errors.InvalidParameterValue, match="^payload nests more"):
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match=r"^payload nests more"):
             db.execute(statement, [Jsonb(payload)])
 
 

@@ -305,8 +305,12 @@ def test_distinct_fresh_requests_take_the_set_based_path(setup: Conn) -> None:
 def test_a_bulk_call_takes_at_most_10000_elements(db: Conn) -> None:
     # 0.4.0: 30,000 keyed elements ran out of the lock table (53200).
     db.execute("SELECT office.upsert_agent('a1', 'w1')")
-    too_many = [{"agent_profile_id": "a1", "reason": "r", "idempotency_key": f"k{n}"} for n in range(10_001)]
-    with pytest.raises(psycopg.errors.InvalidParameterValue, match="10001 requests, more than 10,000"):
+    too_many = [
+        {"agent_profile_id": "a1", "reason": "r", "idempotency_key": f"k{n}"} for n in range(10_001)
+    ]
+    with pytest.raises(
+        psycopg.errors.InvalidParameterValue, match="10001 requests, more than 10,000"
+    ):
         db.execute("SELECT * FROM office.enqueue_runs(%s::jsonb)", [json.dumps(too_many)])
     assert db.execute("SELECT count(*) FROM office.runs").fetchone() == (0,)
     rows = db.execute(

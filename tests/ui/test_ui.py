@@ -805,3 +805,28 @@ def test_click_through_in_a_real_browser(
     status = family.execute("SELECT status FROM office.runs WHERE id = %s", run).fetchone()
     assert status == ("cancelled",)
     assert all((tmp_path / f"{n}.png").stat().st_size > 0 for n in ("overview", "run", "task"))
+
+
+def test_a_value_the_client_cannot_decode_is_shown_as_such(
+    client: TestClient, office: psycopg.Connection[Any]
+) -> None:
+    # 0.4.0: a payload 1,200 levels deep (stored before 0.5.0 bounded the
+    # depth) made /runs, /wakeups and the run's page answer 500.
+    office.execute("ALTER TABLE office.runs DISABLE TRIGGER runs_05_bounded")
+    office.execute("ALTER TABLE office.wakeup_requests DISABLE TRIGGER wakeup_requests_05_bounded")
+    deep = "jsonb_build_object('deep', (repeat('[', 1200) || repeat(']', 1200))::jsonb)"
+    row = office.execute(
+        "INSERT INTO office.runs (agent_profile_id, reason, payload, context_snapshot)"
+        f" VALUES ('a1', 'deep', {deep}, {deep}) RETURNING id"
+    ).fetchone()
+    office.execute(
+        "INSERT INTO office.wakeup_requests (agent_profile_id, source, payload)"
+        f" VALUES ('a1', 'user', {deep})"
+    )
+    assert row is not None
+    for path in (f"/runs/{row[0]}", "/runs", "/wakeups"):
+        assert client.get(path).status_code == 200, path
+    # The values themselves: the run's page shows its payload and snapshot
+    # (the runs and wakeups lists show no payload).
+    page = client.get(f"/runs/{row[0]}").text
+    assert page.count("cannot display: a JSON document of") == 2
