@@ -13,7 +13,6 @@ traceback, and no page ever shows the DSN. Who may ask is
 from __future__ import annotations
 
 import hmac
-import json
 import logging
 import secrets
 import threading
@@ -40,9 +39,9 @@ from controlplane.client import Office
 from controlplane.client.queries.dashboard import DASHBOARD_STATEMENT_TIMEOUT
 from controlplane.errors import OfficeError
 from controlplane.models import AgentStatus, RoutineSource
-from controlplane.models.common import undecodable
 from controlplane.ui import chart
 from controlplane.ui.guard import Guard, served_hosts
+from controlplane.ui.json_display import as_json
 from controlplane.ui.queries import (
     ACTION_FUNCTIONS,
     PAGE_SIZE,
@@ -149,19 +148,6 @@ def id_url(prefix: str, value: object) -> str:
     return prefix + quote(text, safe="")
 
 
-def _json(value: object) -> str:
-    """A stored JSON value as JSON (sorted, indented), not Python's repr; a
-    value the client could not decode, or one too deep to encode again, is
-    "cannot display" and why, not a 500 for the whole page."""
-    why = undecodable(value)
-    if why is not None:
-        return f"cannot display: {why}"
-    try:
-        return json.dumps(value, sort_keys=True, indent=2, ensure_ascii=False)
-    except RecursionError:
-        return "cannot display: nested too deep to show"
-
-
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(HERE / "templates"),
@@ -169,7 +155,7 @@ def _environment() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
     )
     env.filters["age"] = _age
-    env.filters["json"] = _json
+    env.filters["json"] = as_json
     env.globals["id_url"] = id_url
     return env
 
