@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
@@ -47,6 +48,26 @@ def _status(db: psycopg.Connection[Any], run_id: str) -> tuple[Any, ...]:
     ).fetchone()
     assert row is not None
     return tuple(row)
+
+
+async def _work_until(
+    db: psycopg.Connection[Any],
+    dsn: str,
+    handle: Callable[[Run], Awaitable[None]],
+    run_id: str,
+    status: str,
+) -> None:
+    """An AsyncWorker with ``handle`` until ``run_id`` is ``status`` (bounded
+    polling, 30 s), then stopped."""
+    async with AsyncOffice(dsn) as office:
+        worker = AsyncWorker(office, handle, poll=0.1, registry=CollectorRegistry())
+        task = asyncio.create_task(worker.run())
+        for _ in range(600):
+            if _status(db, run_id)[0] == status:
+                break
+            await asyncio.sleep(0.05)
+        worker.stop()
+        await asyncio.wait_for(task, 30)
 
 
 def _lost_warnings(caplog: pytest.LogCaptureFixture, run_id: str) -> list[logging.LogRecord]:
@@ -150,15 +171,7 @@ async def test_async_worker_retry_and_failure(db: psycopg.Connection[Any], dsn: 
             raise Retry(3600)
         raise KeyError("missing")
 
-    async with AsyncOffice(dsn) as office:
-        worker = AsyncWorker(office, handle, poll=0.1, registry=CollectorRegistry())
-        task = asyncio.create_task(worker.run())
-        for _ in range(600):
-            if _status(db, failed)[0] == "failed":
-                break
-            await asyncio.sleep(0.05)
-        worker.stop()
-        await asyncio.wait_for(task, 30)
+    await _work_until(db, dsn, handle, failed, "failed")
     assert _status(db, retried) == ("queued", 1, None)
     assert _status(db, failed) == ("failed", 1, "KeyError: 'missing'")
 
@@ -257,15 +270,7 @@ async def test_the_async_worker_fails_a_run_it_cannot_decode_once(
     async def handle(run: Run) -> None:
         seen.append(run.id)
 
-    async with AsyncOffice(dsn) as office:
-        worker = AsyncWorker(office, handle, poll=0.1, registry=CollectorRegistry())
-        task = asyncio.create_task(worker.run())
-        for _ in range(600):
-            if _status(db, healthy)[0] == "finished":
-                break
-            await asyncio.sleep(0.05)
-        worker.stop()
-        await asyncio.wait_for(task, 30)
+    await _work_until(db, dsn, handle, healthy, "finished")
     assert seen == [healthy]
     status, attempt, error = _status(db, deep)
     assert (status, attempt) == ("failed", 1)
