@@ -673,6 +673,57 @@ COMMENT ON FUNCTION office._signal_run(text, text) IS
 REVOKE EXECUTE ON FUNCTION office._signal_run(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office._signal_run(text, text) TO office_admin;
 
+-- Internal: a key has two homes, two unique indexes: runs.idempotency_key
+-- (a run's own key) and run_keys_recorded (a key a coalesce recorded), and
+-- an enqueue writes one of them. Under READ COMMITTED the key lock and the
+-- statement snapshot taken after it see whatever the other home holds. The
+-- snapshot of a REPEATABLE READ or SERIALIZABLE transaction is older: a
+-- holder that committed after it began is invisible to the lookup, and a
+-- write to the other home meets no conflict, so the key would be served
+-- twice. This checks the write against the other home with INSERT ... ON
+-- CONFLICT DO NOTHING, which raises 40001 when the row it conflicts with is
+-- one the snapshot cannot see, and undoes the probe when there is none. A
+-- key recorded on run_id (recorded): the record is written that way, and a
+-- probe run with the key is inserted in a subtransaction rolled back on
+-- purpose (OFZ99 never leaves this function). A run's own key: the key is
+-- recorded on its run and the record deleted. A visible conflict (a writer
+-- that bypassed enqueue_run) is 40001 too: retried, the request is deduped.
+CREATE FUNCTION office._serve_key_in_snapshot(idempotency_key text, run_id text, agent_profile_id text,
+                                              reason text, recorded boolean) RETURNS void
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_written boolean;
+BEGIN
+    INSERT INTO office.run_keys_recorded (idempotency_key, run_id) VALUES ($1, $2)
+    ON CONFLICT (idempotency_key) DO NOTHING;
+    v_written := FOUND;
+    IF v_written AND recorded THEN
+        BEGIN
+            INSERT INTO office.runs (agent_profile_id, reason, idempotency_key) VALUES ($3, $4, $1)
+            ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING;
+            v_written := FOUND;
+            RAISE EXCEPTION USING ERRCODE = 'OFZ99';
+        EXCEPTION WHEN SQLSTATE 'OFZ99' THEN
+            NULL;
+        END;
+    ELSIF v_written THEN
+        DELETE FROM office.run_keys_recorded k WHERE k.idempotency_key = $1 AND k.run_id = $2;
+    END IF;
+    IF NOT v_written THEN
+        RAISE EXCEPTION USING ERRCODE = '40001',
+            MESSAGE = format('idempotency_key %s was served by a concurrent transaction: retry the transaction',
+                             quote_literal($1));
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION office._serve_key_in_snapshot(text, text, text, text, boolean) IS
+    'Internal (outside READ COMMITTED): checks a key enqueue_run serves on run_id against the index it does not write (recorded: the key is recorded on run_id, and no run may hold it; else run_id holds it and no record may): a holder the snapshot cannot see, or any other holder, is 40001 (retry).';
+REVOKE EXECUTE ON FUNCTION office._serve_key_in_snapshot(text, text, text, text, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._serve_key_in_snapshot(text, text, text, text, boolean) TO office_admin;
+
 CREATE FUNCTION office.enqueue_run(agent_profile_id text, reason text, payload jsonb DEFAULT '{}',
                                    idempotency_key text DEFAULT NULL, task_id text DEFAULT NULL,
                                    entry_triggered boolean DEFAULT false,
@@ -699,6 +750,7 @@ DECLARE
     v_locks   record;
     v_key_lock    bigint;
     v_bucket_lock bigint;
+    v_locked  boolean;
     v_id      text;
     v_at      timestamptz;
     v_result  office.enqueue_result;
@@ -764,24 +816,31 @@ BEGIN
 
     -- 2. A served key (own or recorded, any status, any age) is a dedup,
     -- before any coalescing. The key lock makes lookup-then-act atomic per
-    -- key: a request that waited reads what the holder committed.
-    -- (Each lock is tried here first: _run_lock, a function call, only when
-    -- another transaction holds it.)
+    -- key: a request that waited reads what the holder committed. A key
+    -- another transaction holds is looked up once before waiting: one a
+    -- committed run serves is answered at once, so an open transaction
+    -- holding the key cannot stall its redeliveries. The window is read on
+    -- every keyed call, so a bad setting fails the first one, not the first
+    -- duplicate. (The lock is tried first: _run_lock, a function call, only
+    -- when another transaction holds it.)
     IF v_key IS NOT NULL THEN
-        IF NOT pg_try_advisory_xact_lock(v_key_lock) THEN
+        v_window := office._window('office.idempotency_window', interval '24 hours');
+        v_locked := pg_try_advisory_xact_lock(v_key_lock);
+        LOOP
+            SELECT r.id, r.requested_at INTO v_id, v_at FROM office.runs r WHERE r.idempotency_key = v_key;
+            IF v_id IS NULL THEN
+                SELECT k.run_id, k.recorded_at INTO v_id, v_at
+                  FROM office.run_keys_recorded k WHERE k.idempotency_key = v_key;
+            END IF;
+            IF v_id IS NOT NULL THEN
+                v_result := ('deduped', CASE WHEN v_at > now() - v_window THEN 'windowed' ELSE 'durable' END, v_id);
+                PERFORM office._count_dedup('runs', v_reason, v_result.dedup_kind);
+                RETURN v_result;
+            END IF;
+            EXIT WHEN v_locked;
             PERFORM office._run_lock(v_key_lock, v_agent, v_reason, v_key);
-        END IF;
-        SELECT r.id, r.requested_at INTO v_id, v_at FROM office.runs r WHERE r.idempotency_key = v_key;
-        IF v_id IS NULL THEN
-            SELECT k.run_id, k.recorded_at INTO v_id, v_at
-              FROM office.run_keys_recorded k WHERE k.idempotency_key = v_key;
-        END IF;
-        IF v_id IS NOT NULL THEN
-            v_window := office._window('office.idempotency_window', interval '24 hours');
-            v_result := ('deduped', CASE WHEN v_at > now() - v_window THEN 'windowed' ELSE 'durable' END, v_id);
-            PERFORM office._count_dedup('runs', v_reason, v_result.dedup_kind);
-            RETURN v_result;
-        END IF;
+            v_locked := true;
+        END LOOP;
     END IF;
 
     -- 3. Coalesce, unless the request is entry-triggered or comment-keyed.
@@ -830,7 +889,11 @@ BEGIN
         IF v_id IS NOT NULL THEN
             -- The target serves the incoming key from now on.
             IF v_key IS NOT NULL THEN
-                INSERT INTO office.run_keys_recorded (idempotency_key, run_id) VALUES (v_key, v_id);
+                IF current_setting('transaction_isolation') = 'read committed' THEN
+                    INSERT INTO office.run_keys_recorded (idempotency_key, run_id) VALUES (v_key, v_id);
+                ELSE
+                    PERFORM office._serve_key_in_snapshot(v_key, v_id, v_agent, v_reason, true);
+                END IF;
             END IF;
             PERFORM office._count_dedup('runs', v_reason, 'coalesced');
             v_result := ('coalesced', NULL, v_id);
@@ -849,6 +912,9 @@ BEGIN
         ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
         RETURNING id INTO v_id;
         IF v_id IS NOT NULL THEN
+            IF v_key IS NOT NULL AND current_setting('transaction_isolation') <> 'read committed' THEN
+                PERFORM office._serve_key_in_snapshot(v_key, v_id, v_agent, v_reason, false);
+            END IF;
             PERFORM office._signal_runs(ARRAY[v_agent], ARRAY[v_id]);
             v_result := ('queued', NULL, v_id);
             RETURN v_result;
@@ -999,7 +1065,19 @@ BEGIN
     END LOOP;
 
     -- The set-based path, if it gives what the elements one by one would.
-    v_fast := v_valid AND coalesce(current_setting('office.notify', true), '') IN ('', 'edge', 'every', 'on', 'off');
+    -- Keyed elements outside READ COMMITTED go one by one: enqueue_run
+    -- checks each key against what the snapshot cannot see
+    -- (_serve_key_in_snapshot), which the set-based insert does not.
+    v_fast := v_valid AND coalesce(current_setting('office.notify', true), '') IN ('', 'edge', 'every', 'on', 'off')
+              AND (current_setting('transaction_isolation') = 'read committed'
+                   OR NOT EXISTS (SELECT FROM unnest(v_keys) AS k WHERE k IS NOT NULL));
+    IF v_fast AND EXISTS (SELECT FROM unnest(v_keys) AS k WHERE k IS NOT NULL) THEN
+        BEGIN
+            v_window := office._window('office.idempotency_window', interval '24 hours');
+        EXCEPTION WHEN OTHERS THEN
+            v_fast := false;  -- the first keyed element reports it below
+        END;
+    END IF;
     IF v_fast AND EXISTS (SELECT FROM unnest(v_bucket_locks) AS b WHERE b IS NOT NULL) THEN
         BEGIN
             v_window := office._window('office.coalesce_window', interval '5 seconds');

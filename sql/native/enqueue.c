@@ -12,9 +12,12 @@
  *   - one that is not served and finds no coalesce target: its run inserted
  *     ('queued'), signalled.
  * Handed on: anything invalid (that definition raises the error it names),
- * a keyless_cause (counted there), a set window (parsed and checked there),
- * a lock another transaction holds (there it waits, or asks a stricter
- * transaction to retry), an insert that met the unique key. Nothing is
+ * a keyless_cause (counted there), a set window (parsed and checked there,
+ * on every call that could read it), a keyed call outside READ COMMITTED
+ * (there its key is checked against what the snapshot cannot see), a lock
+ * another transaction holds (there a served key is answered at once, else
+ * it waits, or asks a stricter transaction to retry), an insert that met
+ * the unique key. Nothing is
  * written before a call is handed on, and the locks taken so far are its own
  * to take again, so that definition decides it exactly as if it had been
  * called first.
@@ -281,7 +284,8 @@ office_enqueue_run(PG_FUNCTION_ARGS)
 		TimestampTz at;
 		bool		served;
 
-		if (!try_lock(lock_id("office.runs.key:", &key, 1)))
+		if (XactIsoLevel != XACT_READ_COMMITTED || !setting_unset("office.idempotency_window") ||
+			!try_lock(lock_id("office.runs.key:", &key, 1)))
 			return hand_on(fcinfo, "_enqueue_run_plpgsql");
 		snapshot = statement_snapshot();
 		served = key_served(office, snapshot, "runs", "idx_run_idempotency", key,
@@ -294,8 +298,6 @@ office_enqueue_run(PG_FUNCTION_ARGS)
 								"run_id", "recorded_at", &run_id, &at);
 			UnregisterSnapshot(snapshot);
 		}
-		if (served && !setting_unset("office.idempotency_window"))
-			return hand_on(fcinfo, "_enqueue_run_plpgsql");
 		if (served)
 		{
 			/* office.idempotency_window's default: interval '24 hours' */

@@ -171,6 +171,37 @@ def test_s01_the_idempotency_window_is_a_setting(db: Conn, agent: str) -> None:
     assert enqueue(db, agent, "task_comment", idempotency_key="K") == ("deduped", "windowed", first)
 
 
+@pytest.mark.parametrize(
+    ("setting", "call"),
+    [
+        # A fresh key: nothing is deduped, the window is read all the same.
+        ("office.idempotency_window", {"reason": "task_comment", "idempotency_key": "fresh"}),
+        (
+            "office.idempotency_window",
+            {"reason": "deploy", "idempotency_key": "fresh", "entry_triggered": True},
+        ),
+        # A coalescible request that finds no target.
+        ("office.coalesce_window", {"reason": "heartbeat"}),
+    ],
+)
+def test_a_bad_window_fails_the_first_call_that_could_read_it(
+    db: Conn, agent: str, setting: str, call: dict[str, Any]
+) -> None:
+    db.execute(sql.SQL("SET {} = 'forever'").format(sql.Identifier(*setting.split("."))))
+    for bulk in (False, True):
+        with pytest.raises(
+            psycopg.errors.InvalidParameterValue, match=f"setting {setting} = 'forever'"
+        ):
+            if bulk:
+                db.execute(
+                    "SELECT * FROM office.enqueue_runs(%s)",
+                    [json.dumps([{"agent_profile_id": agent, **call}])],
+                )
+            else:
+                enqueue(db, agent, **call)
+    assert run_count(db) == 0
+
+
 # ---------------------------------------------------------------------------
 # Scenario 2: durable dedup past the window
 

@@ -142,6 +142,76 @@ def test_a_repeatable_read_producer_that_waited_is_told_to_retry(
     assert len(all_runs(db)) == 1
 
 
+def test_producers_at_every_isolation_level_serve_each_key_once(
+    db: Conn, dsn: str, agent: str
+) -> None:
+    # The red team's race: READ COMMITTED producers serve a key (by a coalesce,
+    # recording it, or by inserting its run) while REPEATABLE READ and
+    # SERIALIZABLE producers whose snapshot is older enqueue it the other way.
+    # Every producer takes its snapshot, then all are released at once; one
+    # told to retry (40001) retries in a new transaction, as a client must.
+    # Each key must end served by one run, and every producer's answer for it
+    # must name that run. tests/isolation/specs/runs_snapshot_key_race.spec
+    # pins each interleaving.
+    levels = ["read committed"] * 2 + ["repeatable read"] * 3 + ["serializable"] * 3
+    ways = [("heartbeat", False), ("digest", False), ("deploy", True)]  # two buckets, an insert
+    rounds = 60
+    db.execute("SELECT office.enqueue_run('agent-a', 'heartbeat')")  # coalesce targets
+    db.execute("SELECT office.enqueue_run('agent-a', 'digest')")
+    released = threading.Barrier(len(levels), timeout=60)
+    answers: dict[tuple[int, int], str] = {}
+    retries = Counter[str]()
+
+    def producer(index: int) -> Callable[[Conn], None]:
+        def run(conn: Conn) -> None:
+            conn.execute("SET office.coalesce_window = '1 hour'")
+            for n in range(rounds):
+                reason, entry = ways[(n + index) % len(ways)]
+                first = True
+                while True:
+                    conn.execute(f"BEGIN ISOLATION LEVEL {levels[index]}")
+                    conn.execute("SELECT count(*) FROM office.runs")  # the snapshot
+                    if first:
+                        released.wait()
+                        first = False
+                    try:
+                        row = conn.execute(
+                            "SELECT run_id FROM office.enqueue_run('agent-a', %s,"
+                            " idempotency_key => %s, entry_triggered => %s)",
+                            [reason, f"k{n}", entry],
+                        ).fetchone()
+                        conn.execute("COMMIT")
+                    except psycopg.errors.SerializationFailure:
+                        conn.execute("ROLLBACK")
+                        retries[levels[index]] += 1
+                        continue
+                    assert row is not None
+                    answers[(index, n)] = row[0]
+                    break
+
+        return run
+
+    outcomes = harness.run_concurrently(dsn, [producer(i) for i in range(len(levels))], timeout=300)
+    assert [o.error for o in outcomes] == [None] * len(levels)
+    serving = db.execute(
+        "SELECT s.key, array_agg(s.run_id ORDER BY s.run_id)"
+        "  FROM (SELECT r.idempotency_key AS key, r.id AS run_id FROM office.runs r"
+        "         WHERE r.idempotency_key IS NOT NULL"
+        "        UNION ALL"
+        "        SELECT k.idempotency_key, k.run_id FROM office.run_keys_recorded k) AS s"
+        " GROUP BY s.key"
+    ).fetchall()
+    served_by = dict(serving)
+    assert sorted(served_by) == sorted(f"k{n}" for n in range(rounds))
+    assert {key: ids for key, ids in served_by.items() if len(ids) != 1} == {}
+    assert {
+        (index, n): run_id
+        for (index, n), run_id in answers.items()
+        if [run_id] != served_by[f"k{n}"]
+    } == {}
+    print(f"40001 retries by level: {dict(retries)}")
+
+
 def _capture(sink: list[Any], call: Callable[[Conn], Any], conn: Conn) -> None:
     try:
         sink.append(call(conn))
@@ -267,6 +337,8 @@ def test_claim_recover_reclaim_fences_the_stale_worker(db: Conn, dsn: str, agent
     [
         "runs_key_race",
         "runs_coalesce_race",
+        "runs_snapshot_key_race",
+        "runs_snapshot_key_race_nolock",
         "runs_redeliver_race",
         "runs_redeliver_race_nolock",
         "runs_claim_race",
