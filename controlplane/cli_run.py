@@ -99,6 +99,14 @@ DURATION = Duration()
 @click.option("--stats-interval", type=DURATION, default="5s", show_default=True)
 @click.option("--max-backoff", type=DURATION, default="30s", show_default=True)
 @click.option(
+    "--lock-timeout",
+    type=DURATION,
+    default="5s",
+    show_default=True,
+    help="The longest a loop waits for a lock a producer's transaction holds;"
+    " the row is left for a later pass (0: no limit).",
+)
+@click.option(
     "--shutdown-timeout",
     type=DURATION,
     default="30s",
@@ -135,6 +143,7 @@ def run(
     retention: float,
     stats_interval: float,
     max_backoff: float,
+    lock_timeout: float,
     shutdown_timeout: float,
     disabled: tuple[str, ...],
 ) -> None:
@@ -163,6 +172,7 @@ def run(
         retention=retention,
         stats_interval=stats_interval,
         max_backoff=max_backoff,
+        lock_timeout=lock_timeout,
         metrics_port=metrics_port,
         metrics_host=metrics_host,
         disabled=frozenset(disabled),

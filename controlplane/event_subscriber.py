@@ -29,7 +29,10 @@ poison event cannot circle forever. So is, at once, an event that cannot even
 be decoded - a payload nested too deep for Python's JSON decoder, a time
 outside Python's range, anything the owner wrote by hand: each row of a batch
 is decoded on its own, so such an event never holds up the rest of its
-batch. ``claim_events`` leaves set-aside events out; ``officectl doctor``
+batch. A handler that met a lock held past the daemon's lock timeout (a
+producer's open transaction holding the event's key, say) is deferred: left
+unacknowledged for a later pass and never set aside, while the rest of the
+batch goes on. ``claim_events`` leaves set-aside events out; ``officectl doctor``
 lists them and ``office.release_poison`` puts one back. Keyless enqueues
 cannot be deduplicated: a redelivered keyless event may add a run (or
 coalesce into the first one inside the coalesce window).
@@ -43,6 +46,7 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
+import psycopg
 from pydantic import BaseModel, ConfigDict, Field
 
 from controlplane import keys
@@ -79,6 +83,9 @@ class HandlerAction(StrEnum):
     SKIPPED = "skipped"  # a run was due but the agent is gone or does not accept runs
     IGNORED = "ignored"  # nothing to do (see detail)
     FAILED = "failed"  # the handler raised: not acknowledged, delivered again later
+    # a lock the handler needed stayed held past the lock timeout (a producer's
+    # open transaction): not acknowledged, delivered again later, never set aside
+    DEFERRED = "deferred"
 
 
 class HandledEvent(BaseModel):
@@ -95,7 +102,7 @@ class HandledEvent(BaseModel):
 
     @property
     def acknowledged(self) -> bool:
-        return self.action is not HandlerAction.FAILED
+        return self.action not in (HandlerAction.FAILED, HandlerAction.DEFERRED)
 
 
 class SubscriberReport(BaseModel):
@@ -179,7 +186,7 @@ class EventSubscriber:
                 continue
             outcome = self.handle(event)
             handled.append(outcome)
-            if not outcome.acknowledged and event.deliveries >= self.give_up_after:
+            if outcome.action is HandlerAction.FAILED and event.deliveries >= self.give_up_after:
                 self.set_aside(
                     event.id, f"handler failed {event.deliveries} times: {outcome.detail}"
                 )
@@ -203,14 +210,28 @@ class EventSubscriber:
             return self._outcome(event, HandlerAction.IGNORED, "no handler for this topic")
         try:
             return handler(event)
-        except Exception as exc:
-            log.exception(
-                "event handler failed for event %s (%s)",
+        except psycopg.errors.LockNotAvailable as exc:
+            # The daemon's lock_timeout: leave the event for a later pass.
+            detail = str(exc).strip()
+            log.info(
+                "event %s (%s) deferred: %s",
                 event.id,
                 event.topic,
+                detail,
                 extra={"event_id": event.id, "topic": event.topic, "task_id": event.task_id},
             )
-            return self._outcome(event, HandlerAction.FAILED, f"{type(exc).__name__}: {exc}")
+            return self._outcome(event, HandlerAction.DEFERRED, detail)
+        except Exception as exc:
+            return self._failed(event, exc)
+
+    def _failed(self, event: Event, exc: Exception) -> HandledEvent:
+        log.exception(
+            "event handler failed for event %s (%s)",
+            event.id,
+            event.topic,
+            extra={"event_id": event.id, "topic": event.topic, "task_id": event.task_id},
+        )
+        return self._outcome(event, HandlerAction.FAILED, f"{type(exc).__name__}: {exc}")
 
     def handle_task_assigned(self, event: Event) -> HandledEvent:
         """``task.assigned`` → a ``task_assigned`` run keyed with the event's

@@ -113,6 +113,12 @@ class DaemonConfig:
     shutdown_timeout: float = 30.0
     #: Seconds to wait for a connection from the pool before an iteration fails.
     connect_timeout: float = 5.0
+    #: The longest a loop's statement waits for a lock (the server's
+    #: lock_timeout on the daemon's connections; 0: no limit). A producer's
+    #: open transaction can hold a lock an event or a wakeup needs for as long
+    #: as it likes: the loop leaves that row for a later pass and goes on with
+    #: the others, rather than stall behind it.
+    lock_timeout: float = 5.0
     #: The databases the loops run on: empty for ``dsn``'s own (``run_forever``
     #: fills in the shards when ``dsn`` is a proxy, :mod:`controlplane.shards`).
     databases: tuple[Database, ...] = ()
@@ -137,7 +143,7 @@ class DaemonConfig:
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, not {getattr(self, name)}")
-        for name in ("wakeup_min_age", "stale_after", "retention"):
+        for name in ("wakeup_min_age", "stale_after", "retention", "lock_timeout"):
             if getattr(self, name) is not None and getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative, not {getattr(self, name)}")
 

@@ -37,6 +37,7 @@ from typing import Any
 
 import psycopg
 from prometheus_client import REGISTRY, CollectorRegistry
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool
 
 from controlplane import shards
@@ -152,7 +153,7 @@ class Daemon:
             registry = self._shard_metrics.add(database.label)
         metrics = daemon_metrics_for(registry)
         pool: ConnectionPool[Any] = ConnectionPool(
-            database.conninfo,
+            with_lock_timeout(database.conninfo, cfg.lock_timeout),
             min_size=1,
             max_size=max(2, loops + 1),
             kwargs={
@@ -292,6 +293,16 @@ class Daemon:
             if name in (loop.label, loop.name):
                 return loop
         raise LookupError(f"no {name} loop is running")
+
+
+def with_lock_timeout(conninfo: str, seconds: float) -> str:
+    """``conninfo`` (key=value or URL) with the server's lock_timeout set for
+    the session, after any ``options`` of its own. Set at connect, not by a
+    SET: it survives the session reset a pooled connection gets."""
+    params = conninfo_to_dict(conninfo)
+    options = f"{params.get('options') or ''} -c lock_timeout={round(seconds * 1000)}"
+    params["options"] = options.strip()
+    return make_conninfo("", **params)
 
 
 def _subscriber(d: Daemon, t: Target) -> Loop:

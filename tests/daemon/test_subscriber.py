@@ -10,10 +10,13 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
 from prometheus_client import CollectorRegistry
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from controlplane.client import Office
+from controlplane.daemon.supervisor import with_lock_timeout
 from controlplane.event_subscriber import (
     DETAIL_MISSING_GENERATION,
     DETAIL_STORED_RUNNER,
@@ -302,3 +305,79 @@ def test_a_duplicate_result_is_a_dedup_with_the_holder(
     assert handled.result.outcome is QueueOutcome.DEDUPED
     assert handled.result.dedup_kind is DedupKind.WINDOWED
     assert handled.result.run_id == result["run_id"]
+
+
+# --- one event must not hold up the others -------------------------------------------
+
+
+@pytest.fixture
+def impatient(dsn: str) -> Iterator[Office]:
+    """A client whose connections give up on a lock after 200 ms, as the
+    daemon's do after its --lock-timeout."""
+    with Office(with_lock_timeout(dsn, 0.2), registry=CollectorRegistry()) as client:
+        yield client
+
+
+def test_the_daemon_connections_carry_the_lock_timeout_in_both_dsn_forms(dsn: str) -> None:
+    url = make_conninfo(dsn, options="-c work_mem=8MB")
+    as_url = "postgresql://{user}@{host}:{port}/{dbname}?options=-c%20work_mem%3D8MB".format(
+        **conninfo_to_dict(url)
+    )
+    for conninfo in (url, as_url):
+        with psycopg.connect(with_lock_timeout(conninfo, 1.5)) as conn:
+            shown = conn.execute(
+                "SELECT current_setting('lock_timeout'), current_setting('work_mem')"
+            )
+            assert shown.fetchone() == ("1500ms", "8MB")
+
+
+def test_a_served_key_is_deduped_while_a_producer_holds_its_lock(
+    db: Conn, dsn: str, impatient: Office
+) -> None:
+    agent(db, "A")
+    plain_task(db, "T", "A", step="s")
+    [first] = EventSubscriber(impatient).run_once().handled
+    assert first.result is not None and first.result.outcome == QueueOutcome.QUEUED
+    again = publish(db, {"task_id": "T", "agent_profile_id": "A", "assignment_generation": 1})
+    with psycopg.connect(dsn) as producer:
+        # A redelivering producer in an open transaction: it holds the key's lock.
+        producer.execute(
+            "SELECT office.enqueue_run('A', 'task_assigned', idempotency_key => %s)",
+            [first.idempotency_key],
+        )
+        [handled] = EventSubscriber(impatient).run_once().handled
+    assert handled.event_id == again and handled.action == HandlerAction.ENQUEUED
+    assert handled.result is not None and handled.result.run_id == first.result.run_id
+    assert handled.result.outcome == QueueOutcome.DEDUPED
+    assert len(runs(db)) == 1
+
+
+def test_an_event_whose_lock_stays_held_is_deferred_and_the_others_go_on(
+    db: Conn, dsn: str, impatient: Office
+) -> None:
+    agent(db, "A")
+    agent(db, "B", workspace="w2")
+    plain_task(db, "T1", "A", step="s")
+    db.execute(
+        "INSERT INTO office.tasks (id, workspace_id, workflow_step_id, assignee_agent_profile_id)"
+        " VALUES ('T2', 'w2', 's', 'B')"
+    )
+    key = "task_assigned:T1:A:1"
+    subscriber = EventSubscriber(impatient, visibility=0, give_up_after=1)
+    with psycopg.connect(dsn) as producer:
+        # A producer serving T1's key in a transaction it keeps open.
+        producer.execute(
+            "SELECT office.enqueue_run('A', 'task_assigned', idempotency_key => %s)", [key]
+        )
+        report = subscriber.run_once()
+        by_task = {h.task_id: h for h in report.handled}
+        assert by_task["T1"].action == HandlerAction.DEFERRED
+        assert "lock" in (by_task["T1"].detail or "")
+        assert by_task["T2"].action == HandlerAction.ENQUEUED
+        assert report.acked == 1 and report.set_aside == [] and pending(db) == 1
+        producer.commit()
+    [later] = subscriber.run_once().handled
+    assert later.task_id == "T1" and later.action == HandlerAction.ENQUEUED
+    assert later.result is not None and later.result.outcome == QueueOutcome.DEDUPED
+    assert pending(db) == 0
+    assert sorted(r["idempotency_key"] for r in runs(db)) == [key, "task_assigned:T2:B:1"]
