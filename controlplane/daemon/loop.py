@@ -54,6 +54,9 @@ class DatabaseHealth:
     ``office_database_up`` when given the daemon's metrics; a worker has none).
     ``shard``: the shard of a proxy this is the health of (named in the logs)."""
 
+    #: Seconds after a loss during which a success is not taken as the return.
+    SETTLE = 1.0
+
     def __init__(self, metrics: DaemonMetrics | None, shard: str | None = None) -> None:
         self.metrics = metrics
         self.shard = shard
@@ -69,13 +72,16 @@ class DatabaseHealth:
 
     def ok(self, started: float) -> None:
         """A call begun at ``started`` (``time.perf_counter()``) succeeded. One
-        begun before the loss was recorded is not the connection's return:
-        a thread can get the reply of a call that succeeded just before an
-        outage after another thread has logged the outage, and taking it as
-        the return would log one outage as two."""
+        begun before the loss was recorded, or within :attr:`SETTLE` seconds
+        after it, is not the connection's return: a thread can get the reply
+        of a call that succeeded just before an outage after another thread
+        has logged the outage, and a server shutting down ends its backends
+        one by one, so a pooled connection whose backend has not ended yet
+        still answers after another's loss was logged. Taking either as the
+        return would log one outage as two."""
         with self._lock:
             was = self._up
-            if was is False and started < self._down_since:
+            if was is False and started < self._down_since + self.SETTLE:
                 return
             self._up = True
         if self.metrics is not None:
