@@ -1383,7 +1383,11 @@ COMMENT ON FUNCTION office.claim_run(text, text) IS
 REVOKE EXECUTE ON FUNCTION office.claim_run(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.claim_run(text, text) TO office_worker, office_admin;
 
-CREATE FUNCTION office.heartbeat_run(run_id text, attempt int) RETURNS boolean
+-- The outcome calls are fenced by the attempt (the claim's fencing token) and,
+-- when the worker gives its worker_id, by claimed_by too: the attempt can be
+-- read by anyone who may read the run (get_run), so the attempt alone would
+-- let one worker act on another's run.
+CREATE FUNCTION office.heartbeat_run(run_id text, attempt int, worker_id text DEFAULT NULL) RETURNS boolean
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     SET enable_seqscan = off
@@ -1393,14 +1397,15 @@ BEGIN
     -- heartbeat_at is in no index, so a beat is a HOT update of the row.
     UPDATE office.runs r
        SET heartbeat_at = now()
-     WHERE r.id = heartbeat_run.run_id AND r.status COLLATE "C" = 'claimed' AND r.attempt = heartbeat_run.attempt;
+     WHERE r.id = heartbeat_run.run_id AND r.status COLLATE "C" = 'claimed' AND r.attempt = heartbeat_run.attempt
+       AND (heartbeat_run.worker_id IS NULL OR r.claimed_by = heartbeat_run.worker_id);
     RETURN FOUND;
 END
 $$;
-COMMENT ON FUNCTION office.heartbeat_run(text, int) IS
-    'While the run is claimed with this attempt: heartbeat_at = now(), true (the lease is renewed); otherwise false: the worker lost the run (recovered, cancelled, re-claimed) and must stop working on it.';
-REVOKE EXECUTE ON FUNCTION office.heartbeat_run(text, int) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION office.heartbeat_run(text, int) TO office_worker, office_admin;
+COMMENT ON FUNCTION office.heartbeat_run(text, int, text) IS
+    'While the run is claimed with this attempt (and, when worker_id is given, by that worker): heartbeat_at = now(), true (the lease is renewed); otherwise false: the worker lost the run (recovered, cancelled, re-claimed) and must stop working on it.';
+REVOKE EXECUTE ON FUNCTION office.heartbeat_run(text, int, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.heartbeat_run(text, int, text) TO office_worker, office_admin;
 
 CREATE FUNCTION office.get_run(run_id text) RETURNS SETOF office.runs
     LANGUAGE sql STABLE SECURITY DEFINER
@@ -1433,7 +1438,7 @@ COMMENT ON FUNCTION office.run_keys(text) IS
 REVOKE EXECUTE ON FUNCTION office.run_keys(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.run_keys(text) TO office_producer, office_worker, office_reader, office_admin;
 
-CREATE FUNCTION office.finish_run(run_id text, attempt int) RETURNS boolean
+CREATE FUNCTION office.finish_run(run_id text, attempt int, worker_id text DEFAULT NULL) RETURNS boolean
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     SET enable_seqscan = off
@@ -1442,36 +1447,62 @@ AS $$
 BEGIN
     UPDATE office.runs r
        SET status = 'finished', finished_at = now()
-     WHERE r.id = finish_run.run_id AND r.status COLLATE "C" = 'claimed' AND r.attempt = finish_run.attempt;
+     WHERE r.id = $1 AND r.status COLLATE "C" = 'claimed' AND r.attempt = $2
+       AND ($3 IS NULL OR r.claimed_by = $3);
     RETURN FOUND;
 END
 $$;
-COMMENT ON FUNCTION office.finish_run(text, int) IS
-    'claimed -> finished, only if the run is still claimed with this attempt (a stale worker gets false and changes nothing).';
-REVOKE EXECUTE ON FUNCTION office.finish_run(text, int) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION office.finish_run(text, int) TO office_worker, office_admin;
+COMMENT ON FUNCTION office.finish_run(text, int, text) IS
+    'claimed -> finished, only if the run is still claimed with this attempt (and, when worker_id is given, by that worker): a stale worker gets false and changes nothing.';
+REVOKE EXECUTE ON FUNCTION office.finish_run(text, int, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.finish_run(text, int, text) TO office_worker, office_admin;
 
-CREATE FUNCTION office.fail_run(run_id text, attempt int, error_message text) RETURNS boolean
+-- A retryable failure goes back to the queue while retry_count is below
+-- max_retries, after a back-off of the retry_count + 1st step (the last one
+-- repeating) times a uniform factor in [0.75, 1.25], so runs that failed
+-- together do not come back together (API.md §9: the defaults, 3 retries
+-- and {2 min, 10 min, 30 min, 2 h}, serve while no policy sets others).
+CREATE FUNCTION office.fail_run(run_id text, attempt int, error_message text,
+                                retryable boolean DEFAULT false, worker_id text DEFAULT NULL) RETURNS boolean
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
+DECLARE
+    max_retries constant int := 3;
+    backoff constant interval[] := ARRAY[interval '2 minutes', interval '10 minutes',
+                                         interval '30 minutes', interval '2 hours'];
 BEGIN
     PERFORM office._check_free_text('error_message', fail_run.error_message);
+    IF coalesce(fail_run.retryable, false) THEN
+        UPDATE office.runs r
+           SET status = 'queued', error_message = fail_run.error_message,
+               scheduled_retry_at = now() + backoff[least(r.retry_count + 1, cardinality(backoff))]
+                                            * (0.75 + 0.5 * random()),
+               retry_count = r.retry_count + 1,
+               claimed_at = NULL, claimed_by = NULL, heartbeat_at = NULL, finished_at = NULL
+         WHERE r.id = fail_run.run_id AND r.status COLLATE "C" = 'claimed' AND r.attempt = fail_run.attempt
+           AND (fail_run.worker_id IS NULL OR r.claimed_by = fail_run.worker_id)
+           AND r.retry_count < max_retries;
+        IF FOUND THEN
+            RETURN true;
+        END IF;
+    END IF;
     UPDATE office.runs r
        SET status = 'failed', error_message = fail_run.error_message,
            finished_at = coalesce(r.finished_at, now())
-     WHERE r.id = fail_run.run_id AND r.status COLLATE "C" = 'claimed' AND r.attempt = fail_run.attempt;
+     WHERE r.id = fail_run.run_id AND r.status COLLATE "C" = 'claimed' AND r.attempt = fail_run.attempt
+       AND (fail_run.worker_id IS NULL OR r.claimed_by = fail_run.worker_id);
     RETURN FOUND;
 END
 $$;
-COMMENT ON FUNCTION office.fail_run(text, int, text) IS
-    'claimed -> failed with error_message, only if the run is still claimed with this attempt. error_message over 64 KiB 22023.';
-REVOKE EXECUTE ON FUNCTION office.fail_run(text, int, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION office.fail_run(text, int, text) TO office_worker, office_admin;
+COMMENT ON FUNCTION office.fail_run(text, int, text, boolean, text) IS
+    'claimed -> failed with error_message, only if the run is still claimed with this attempt (and, when worker_id is given, by that worker). retryable and retry_count below 3: back to queued instead, claimable after a jittered back-off (2 min, 10 min, 30 min, then 2 h), retry_count + 1, true. error_message over 64 KiB 22023.';
+REVOKE EXECUTE ON FUNCTION office.fail_run(text, int, text, boolean, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.fail_run(text, int, text, boolean, text) TO office_worker, office_admin;
 
-CREATE FUNCTION office.retry_run(run_id text, attempt int, delay interval) RETURNS boolean
+CREATE FUNCTION office.retry_run(run_id text, attempt int, delay interval, worker_id text DEFAULT NULL) RETURNS boolean
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     SET enable_seqscan = off
@@ -1483,14 +1514,15 @@ BEGIN
        SET status = 'queued', retry_count = r.retry_count + 1,
            scheduled_retry_at = now() + retry_run.delay,
            claimed_at = NULL, claimed_by = NULL, heartbeat_at = NULL, finished_at = NULL
-     WHERE r.id = retry_run.run_id AND r.status COLLATE "C" = 'claimed' AND r.attempt = retry_run.attempt;
+     WHERE r.id = retry_run.run_id AND r.status COLLATE "C" = 'claimed' AND r.attempt = retry_run.attempt
+       AND (retry_run.worker_id IS NULL OR r.claimed_by = retry_run.worker_id);
     RETURN FOUND;
 END
 $$;
-COMMENT ON FUNCTION office.retry_run(text, int, interval) IS
-    'claimed -> queued in place (key kept), retry_count + 1, claimable again after delay (claimed_at, claimed_by, heartbeat_at cleared); only if still claimed with this attempt. A delay that is not a finite interval from 0 to 100 years 22023.';
-REVOKE EXECUTE ON FUNCTION office.retry_run(text, int, interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION office.retry_run(text, int, interval) TO office_worker, office_admin;
+COMMENT ON FUNCTION office.retry_run(text, int, interval, text) IS
+    'claimed -> queued in place (key kept), retry_count + 1, claimable again after delay (claimed_at, claimed_by, heartbeat_at cleared); only if still claimed with this attempt (and, when worker_id is given, by that worker). A delay that is not a finite interval from 0 to 100 years 22023.';
+REVOKE EXECUTE ON FUNCTION office.retry_run(text, int, interval, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.retry_run(text, int, interval, text) TO office_worker, office_admin;
 
 CREATE FUNCTION office.cancel_run(run_id text, reason text) RETURNS boolean
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER

@@ -108,7 +108,7 @@ $$;
 COMMENT ON FUNCTION office.set_aside(text, text, text, text) IS
     'Sets a row its loop cannot process aside in office.poison (reason cut to 1000 characters): the loop''s scan leaves it out from now on. True when it was set aside now; false when it already was, or when sqlstate is transient (class 40, 53, 58, 55P03: the row is tried again). Unknown loop, empty row_id 22023.';
 REVOKE EXECUTE ON FUNCTION office.set_aside(text, text, text, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION office.set_aside(text, text, text, text) TO office_worker, office_admin;
+GRANT EXECUTE ON FUNCTION office.set_aside(text, text, text, text) TO office_admin;
 
 CREATE FUNCTION office.take_poison_reports(loop text, max_rows int DEFAULT 100)
     RETURNS TABLE (row_id text, reason text, sqlstate text)

@@ -81,7 +81,8 @@ BEGIN
         RETURNS SETOF office.runs
         LANGUAGE c VOLATILE SECURITY DEFINER
         AS '$libdir/office', 'office_claim_run';
-    CREATE OR REPLACE FUNCTION office.finish_run(run_id text, attempt int) RETURNS boolean
+    CREATE OR REPLACE FUNCTION office.finish_run(run_id text, attempt int, worker_id text DEFAULT NULL)
+        RETURNS boolean
         LANGUAGE c VOLATILE SECURITY DEFINER
         AS '$libdir/office', 'office_finish_run';
 EXCEPTION WHEN undefined_file OR undefined_function OR insufficient_privilege THEN

@@ -383,11 +383,30 @@ def _role_matrix(functions: list[Function], relations: list[Relation]) -> list[s
             continue
         marks = ["x" if role in f.granted else "" for role in ROLES]
         lines.append(f"| `{f.name}()` | " + " | ".join(marks) + " |")
-    for r in relations:
-        if r.kind == "v" and not r.name.startswith("_"):
-            marks = ["x" if role in r.granted else "" for role in ROLES]
-            lines.append(f"| `{r.name}` (view) | " + " | ".join(marks) + " |")
-    lines.append("")
+    for kind, label in (("v", "view"), ("r", "table")):
+        for r in relations:
+            if r.kind == kind and not r.name.startswith("_"):
+                marks = ["x" if role in r.granted else "" for role in ROLES]
+                lines.append(f"| `{r.name}` ({label}) | " + " | ".join(marks) + " |")
+    lines += [
+        "",
+        "What the grants do not show:",
+        "",
+        "- **Workers are fenced by their claim.** `heartbeat_run`, `finish_run`, `fail_run`"
+        " and `retry_run` act only while the run is claimed with the given `attempt`, and,"
+        " when `worker_id` is given, claimed by that worker: the attempt can be read by"
+        " every role that may call `get_run`, so a worker passing its id cannot be"
+        " impersonated by another. The project's workers always pass it.",
+        "- **Poison is the daemon's.** `set_aside` and `release_poison` are `office_admin`'s"
+        " only (the daemon's role has it); `office.poison` is read through"
+        " `take_poison_reports` and `officectl doctor`.",
+        "- **`NOTIFY office_runs` is a wake-up hint, nothing more.** PostgreSQL has no"
+        " privilege on channels: any role that can connect may LISTEN and NOTIFY on"
+        " `office_runs`. The payload is an agent id that nothing trusts: a worker woken"
+        " by it calls `claim_run`, which decides; a forged notification costs one empty"
+        " claim, and a missed one is made up by the worker's poll.",
+        "",
+    ]
     return lines
 
 

@@ -218,6 +218,7 @@ class OperationsCore:
     def __init__(self, reporter: Reporter) -> None:
         self.reporter = reporter
         self.columns: dict[str, bool] = {}  # office.runs column -> present, once probed
+        self.worker_fence: bool | None = None  # the outcome calls take worker_id, once probed
 
     def probe(self, column: str = "entry_triggered") -> Flow[bool]:
         """Whether ``office.runs.<column>`` exists; asked once per client

@@ -132,14 +132,43 @@ class RunOperations(OperationsCore):
 
     # Leases and run lookups (0.4.0), with their fallbacks on an older schema.
 
-    def heartbeat_run(self, run_id: str, attempt: int) -> Flow[bool]:
+    def heartbeat_run(self, run_id: str, attempt: int, worker_id: str | None = None) -> Flow[bool]:
         """``office.heartbeat_run``: renew the lease on a claimed run (the
         recovery threshold counts from the last heartbeat). False: the run is
         no longer this claim's (recovered, cancelled, re-claimed) - stop
-        working on it."""
+        working on it. ``worker_id``: see :meth:`fenced`."""
         leases = yield from self.probe("heartbeat_at")
-        query = q.HEARTBEAT_RUN if leases else q.HEARTBEAT_RUN_WITHOUT_LEASES
-        return (yield from self.changed(query, {"run_id": run_id, "attempt": attempt}))
+        if not leases:
+            params = {"run_id": run_id, "attempt": attempt}
+            return (yield from self.changed(q.HEARTBEAT_RUN_WITHOUT_LEASES, params))
+        return (yield from self.lease_heartbeat(run_id, attempt, worker_id))
+
+    def lease_heartbeat(
+        self, run_id: str, attempt: int, worker_id: str | None = None
+    ) -> Flow[bool]:
+        """``office.heartbeat_run`` without the lease probe (a worker needs
+        leases, and a probe failed in an outage must not turn them off)."""
+        params: dict[str, object] = {"run_id": run_id, "attempt": attempt}
+        query = yield from self.fenced(q.HEARTBEAT_RUN, q.HEARTBEAT_RUN_FENCED, params, worker_id)
+        return (yield from self.changed(query, params))
+
+    def fenced(
+        self, plain: Query, fenced: Query, params: dict[str, object], worker_id: str | None
+    ) -> Flow[Query]:
+        """The outcome call to make: with a ``worker_id`` on a schema whose
+        outcome calls take one (since 0.5.0), the one that also requires the
+        run to be claimed by that worker (``params`` gains it); else the one
+        fenced by the attempt alone, which is all an older schema has. Probed
+        once per client; a probe that fails raises, and is asked again."""
+        if worker_id is None:
+            return plain
+        if self.worker_fence is None:
+            reply = yield Call(q.PROBE_WORKER_FENCE, {})
+            self.worker_fence = bool(reply.rows)
+        if not self.worker_fence:
+            return plain
+        params["worker_id"] = worker_id
+        return fenced
 
     def get_run(self, run_id: str) -> Flow[Run | None]:
         """``office.get_run``: the run, or None."""
@@ -160,20 +189,49 @@ class RunOperations(OperationsCore):
         logged once per process (ERROR)."""
         return (yield from self.probe("heartbeat_at"))
 
-    def finish_run(self, run_id: str, attempt: int) -> Flow[bool]:
-        """``office.finish_run``: True if this claim (``attempt``) finished it."""
-        return (yield from self.changed(q.FINISH_RUN, {"run_id": run_id, "attempt": attempt}))
+    def finish_run(self, run_id: str, attempt: int, worker_id: str | None = None) -> Flow[bool]:
+        """``office.finish_run``: True if this claim (``attempt``, and
+        ``worker_id`` if given: see :meth:`fenced`) finished it."""
+        params: dict[str, object] = {"run_id": run_id, "attempt": attempt}
+        query = yield from self.fenced(q.FINISH_RUN, q.FINISH_RUN_FENCED, params, worker_id)
+        return (yield from self.changed(query, params))
 
-    def fail_run(self, run_id: str, attempt: int, error_message: str) -> Flow[bool]:
-        """``office.fail_run``: True if this claim failed it."""
-        params = {"run_id": run_id, "attempt": attempt, "error_message": error_message}
-        return (yield from self.changed(q.FAIL_RUN, params))
+    def fail_run(
+        self,
+        run_id: str,
+        attempt: int,
+        error_message: str,
+        *,
+        retryable: bool = False,
+        worker_id: str | None = None,
+    ) -> Flow[bool]:
+        """``office.fail_run``: True if this claim failed it, or (``retryable``,
+        since 0.5.0, while retries are left) put it back with a back-off."""
+        params: dict[str, object] = {
+            "run_id": run_id,
+            "attempt": attempt,
+            "error_message": error_message,
+        }
+        if retryable:
+            params.update(retryable=True, worker_id=worker_id)
+            return (yield from self.changed(q.FAIL_RUN_FENCED, params))
+        query = yield from self.fenced(q.FAIL_RUN, q.FAIL_RUN_FENCED, params, worker_id)
+        if query is q.FAIL_RUN_FENCED:
+            params["retryable"] = False
+        return (yield from self.changed(query, params))
 
-    def retry_run(self, run_id: str, attempt: int, delay: timedelta | float) -> Flow[bool]:
+    def retry_run(
+        self, run_id: str, attempt: int, delay: timedelta | float, worker_id: str | None = None
+    ) -> Flow[bool]:
         """``office.retry_run``: back to the queue after ``delay`` (seconds
         or a timedelta); True if this claim was the run's."""
-        params = {"run_id": run_id, "attempt": attempt, "delay": as_interval(delay)}
-        return (yield from self.changed(q.RETRY_RUN, params))
+        params: dict[str, object] = {
+            "run_id": run_id,
+            "attempt": attempt,
+            "delay": as_interval(delay),
+        }
+        query = yield from self.fenced(q.RETRY_RUN, q.RETRY_RUN_FENCED, params, worker_id)
+        return (yield from self.changed(query, params))
 
     def cancel_run(self, run_id: str, reason: str) -> Flow[bool]:
         """``office.cancel_run``: True if the run was open and is now cancelled."""

@@ -28,8 +28,10 @@ them (:mod:`controlplane.cli_worker`).
 * **Outcomes.** The handler returns → ``finish_run``; it raises
   :class:`Retry` → ``retry_run`` with its delay; anything else →
   ``fail_run`` with ``"<ExceptionType>: <message>"`` cut to 64 KiB. Every
-  write is fenced by ``attempt``, so a write that comes late (after an
-  outage, after the run was recovered) is exactly right or refused.
+  write (and every heartbeat) is fenced by ``attempt`` and, on a 0.5.0
+  schema, by the worker's id, so a write that comes late (after an outage,
+  after the run was recovered) is exactly right or refused, and no other
+  worker's call can act on the run.
 * **Shutdown.** :meth:`Worker.stop` (or SIGTERM/SIGINT when ``run`` is in the
   main thread) stops claiming at once; handlers in flight get ``grace``
   seconds, then their runs are handed back with ``retry_run(id, attempt, 0)``.

@@ -190,7 +190,9 @@ class AsyncWorker(WorkerBase[AsyncOffice, Callable[[Run], Awaitable[object]]]):
         while True:
             began = time.perf_counter()
             try:
-                changed = await self.office.retry_run(slot.run.id, slot.run.attempt, 0)
+                changed = await self.office.retry_run(
+                    slot.run.id, slot.run.attempt, 0, worker_id=core.worker_id
+                )
             except Exception as exc:
                 streak += 1
                 if not _is_lost_connection(exc) or time.monotonic() >= until:
@@ -242,11 +244,17 @@ class AsyncWorker(WorkerBase[AsyncOffice, Callable[[Run], Awaitable[object]]]):
             began = time.perf_counter()
             try:
                 if outcome.kind is _Kind.FINISHED:
-                    changed = await self.office.finish_run(run.id, run.attempt)
+                    changed = await self.office.finish_run(
+                        run.id, run.attempt, worker_id=core.worker_id
+                    )
                 elif outcome.kind is _Kind.RETRIED:
-                    changed = await self.office.retry_run(run.id, run.attempt, outcome.delay)
+                    changed = await self.office.retry_run(
+                        run.id, run.attempt, outcome.delay, worker_id=core.worker_id
+                    )
                 else:
-                    changed = await self.office.fail_run(run.id, run.attempt, outcome.message)
+                    changed = await self.office.fail_run(
+                        run.id, run.attempt, outcome.message, worker_id=core.worker_id
+                    )
             except Exception as exc:
                 streak += 1
                 if not _is_lost_connection(exc) or self._closed.is_set():

@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 import asyncpg
 from prometheus_client import CollectorRegistry
 
-from controlplane.client import HEARTBEAT_RUN, Flow, Operations
+from controlplane.client import Flow, Operations
 from controlplane.daemon.loop import DatabaseHealth, is_connection_error
 from controlplane.models import Run
 from controlplane.observability import Reporter
@@ -204,12 +204,12 @@ class _Core:
     # heartbeats ---------------------------------------------------------------
 
     def beat(self, slot: _Slot) -> Flow[bool]:
-        """The heartbeat of one run. Straight ``office.heartbeat_run``, not the
-        client's probing ``heartbeat_run``: the worker needs leases (0.4.0),
-        and a probe that failed during an outage would be remembered as "no
-        leases" and quietly stop renewing every claim."""
-        params = {"run_id": slot.run.id, "attempt": slot.run.attempt}
-        return self.ops.changed(HEARTBEAT_RUN, params)
+        """The heartbeat of one run, fenced by this worker's id where the
+        schema can (since 0.5.0). Not the client's probing ``heartbeat_run``:
+        the worker needs leases (0.4.0), and a probe that failed during an
+        outage would be remembered as "no leases" and quietly stop renewing
+        every claim."""
+        return self.ops.lease_heartbeat(slot.run.id, slot.run.attempt, self.worker_id)
 
     def beaten(self, slot: _Slot, renewed: bool) -> bool:
         """Count a heartbeat; True when it told that the run was lost."""

@@ -166,7 +166,9 @@ class Worker(WorkerBase[Office, Callable[[Run], object]]):
         while True:
             began = time.perf_counter()
             try:
-                changed = self.office.retry_run(slot.run.id, slot.run.attempt, 0)
+                changed = self.office.retry_run(
+                    slot.run.id, slot.run.attempt, 0, worker_id=core.worker_id
+                )
             except Exception as exc:
                 streak += 1
                 if not _is_lost_connection(exc) or time.monotonic() >= until:
@@ -207,11 +209,15 @@ class Worker(WorkerBase[Office, Callable[[Run], object]]):
             began = time.perf_counter()
             try:
                 if outcome.kind is _Kind.FINISHED:
-                    changed = self.office.finish_run(run.id, run.attempt)
+                    changed = self.office.finish_run(run.id, run.attempt, worker_id=core.worker_id)
                 elif outcome.kind is _Kind.RETRIED:
-                    changed = self.office.retry_run(run.id, run.attempt, outcome.delay)
+                    changed = self.office.retry_run(
+                        run.id, run.attempt, outcome.delay, worker_id=core.worker_id
+                    )
                 else:
-                    changed = self.office.fail_run(run.id, run.attempt, outcome.message)
+                    changed = self.office.fail_run(
+                        run.id, run.attempt, outcome.message, worker_id=core.worker_id
+                    )
             except Exception as exc:
                 streak += 1
                 if not _is_lost_connection(exc) or self._closed.is_set():

@@ -1,6 +1,6 @@
 /*
  * office native: office.claim_run(worker_id, agent_profile_id), and below
- * office.finish_run(run_id, attempt).
+ * office.finish_run(run_id, attempt, worker_id).
  *
  * 30_runs.sql's loop, step for step: the scan (office.agent_ready's first
  * rows, or the one agent), each candidate's claim lock and busy look, the
@@ -328,29 +328,32 @@ office_claim_run(PG_FUNCTION_ARGS)
 	PG_RETURN_NULL();
 }
 
-/* --- office.finish_run(run_id, attempt) ----------------------------------- */
+/* --- office.finish_run(run_id, attempt, worker_id) ------------------------ */
 /*
  * 30_runs.sql's one statement, every operator qualified, planned and run
  * with its enable_seqscan off: claimed -> finished, only if still claimed
- * with this attempt. Nothing to hand on: a NULL argument matches no row, as
- * there.
+ * with this attempt, and by worker_id when one is given. Nothing to hand on:
+ * a NULL run id or attempt matches no row, as there.
  */
 
 Datum
 office_finish_run(PG_FUNCTION_ARGS)
 {
 	static SPIPlanPtr plan = NULL;
-	Oid			types[2] = {TEXTOID, INT4OID};
-	Datum		values[2] = {PG_ARGISNULL(0) ? (Datum) 0 : PG_GETARG_DATUM(0),
-	PG_ARGISNULL(1) ? (Datum) 0 : PG_GETARG_DATUM(1)};
-	char		nulls[2] = {PG_ARGISNULL(0) ? 'n' : ' ', PG_ARGISNULL(1) ? 'n' : ' '};
+	Oid			types[3] = {TEXTOID, INT4OID, TEXTOID};
+	bool		no_worker = PG_NARGS() < 3 || PG_ARGISNULL(2);
+	Datum		values[3] = {PG_ARGISNULL(0) ? (Datum) 0 : PG_GETARG_DATUM(0),
+		PG_ARGISNULL(1) ? (Datum) 0 : PG_GETARG_DATUM(1),
+	no_worker ? (Datum) 0 : PG_GETARG_DATUM(2)};
+	char		nulls[3] = {PG_ARGISNULL(0) ? 'n' : ' ', PG_ARGISNULL(1) ? 'n' : ' ', no_worker ? 'n' : ' '};
 	bool		finished;
 
 	finished = run_kept(&plan, NO_SEQSCAN,
 						"UPDATE office.runs r SET status = 'finished', finished_at = pg_catalog.now()"
 						" WHERE r.id OPERATOR(pg_catalog.=) $1"
 						" AND r.status COLLATE pg_catalog.\"C\" OPERATOR(pg_catalog.=) 'claimed'"
-						" AND r.attempt OPERATOR(pg_catalog.=) $2",
-						2, types, values, nulls, SPI_OK_UPDATE, NULL);
+						" AND r.attempt OPERATOR(pg_catalog.=) $2"
+						" AND ($3 IS NULL OR r.claimed_by OPERATOR(pg_catalog.=) $3)",
+						3, types, values, nulls, SPI_OK_UPDATE, NULL);
 	PG_RETURN_BOOL(finished);
 }

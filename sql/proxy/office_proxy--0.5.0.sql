@@ -1226,28 +1226,28 @@ COMMENT ON FUNCTION office.enqueue_runs(requests jsonb) IS
 REVOKE EXECUTE ON FUNCTION office.enqueue_runs(requests jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.enqueue_runs(requests jsonb) TO office_admin, office_producer;
 
-CREATE FUNCTION office._on_fail_run(_part integer, _a1 text, _a2 integer, _a3 text) RETURNS boolean
+CREATE FUNCTION office._on_fail_run(_part integer, _a1 text, _a2 integer, _a3 text, _a4 boolean, _a5 text) RETURNS boolean
     LANGUAGE plproxy
     SET search_path = pg_catalog, pg_temp
 AS $$
     CLUSTER 'office_cluster';
     RUN ON _part;
-    SELECT office.fail_run($2, $3, $4) AS fail_run;
+    SELECT office.fail_run($2, $3, $4, $5, $6) AS fail_run;
 $$;
-COMMENT ON FUNCTION office._on_fail_run(integer, text, integer, text) IS
+COMMENT ON FUNCTION office._on_fail_run(integer, text, integer, text, boolean, text) IS
     'Internal: office.fail_run on the shard of partition _part (on).';
-REVOKE EXECUTE ON FUNCTION office._on_fail_run(integer, text, integer, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION office._on_fail_run(integer, text, integer, text) TO office_admin, office_worker;
-CREATE FUNCTION office.fail_run(run_id text, attempt integer, error_message text) RETURNS boolean
+REVOKE EXECUTE ON FUNCTION office._on_fail_run(integer, text, integer, text, boolean, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_fail_run(integer, text, integer, text, boolean, text) TO office_admin, office_worker;
+CREATE FUNCTION office.fail_run(run_id text, attempt integer, error_message text, retryable boolean DEFAULT false, worker_id text DEFAULT NULL::text) RETURNS boolean
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
 AS $fn$
-    SELECT office._on_fail_run(office._route('run', $1), $1, $2, $3)
+    SELECT office._on_fail_run(office._route('run', $1), $1, $2, $3, $4, $5)
 $fn$;
-COMMENT ON FUNCTION office.fail_run(run_id text, attempt integer, error_message text) IS
-    'claimed -> failed with error_message, only if the run is still claimed with this attempt. error_message over 64 KiB 22023.';
-REVOKE EXECUTE ON FUNCTION office.fail_run(run_id text, attempt integer, error_message text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION office.fail_run(run_id text, attempt integer, error_message text) TO office_admin, office_worker;
+COMMENT ON FUNCTION office.fail_run(run_id text, attempt integer, error_message text, retryable boolean, worker_id text) IS
+    'claimed -> failed with error_message, only if the run is still claimed with this attempt (and, when worker_id is given, by that worker). retryable and retry_count below 3: back to queued instead, claimable after a jittered back-off (2 min, 10 min, 30 min, then 2 h), retry_count + 1, true. error_message over 64 KiB 22023.';
+REVOKE EXECUTE ON FUNCTION office.fail_run(run_id text, attempt integer, error_message text, retryable boolean, worker_id text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.fail_run(run_id text, attempt integer, error_message text, retryable boolean, worker_id text) TO office_admin, office_worker;
 
 CREATE FUNCTION office._on_fail_wakeup(_part integer, _a1 text, _a2 text) RETURNS boolean
     LANGUAGE plproxy
@@ -1272,28 +1272,28 @@ COMMENT ON FUNCTION office.fail_wakeup(wakeup_request_id text, reason text) IS
 REVOKE EXECUTE ON FUNCTION office.fail_wakeup(wakeup_request_id text, reason text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.fail_wakeup(wakeup_request_id text, reason text) TO office_admin, office_producer, office_worker;
 
-CREATE FUNCTION office._on_finish_run(_part integer, _a1 text, _a2 integer) RETURNS boolean
+CREATE FUNCTION office._on_finish_run(_part integer, _a1 text, _a2 integer, _a3 text) RETURNS boolean
     LANGUAGE plproxy
     SET search_path = pg_catalog, pg_temp
 AS $$
     CLUSTER 'office_cluster';
     RUN ON _part;
-    SELECT office.finish_run($2, $3) AS finish_run;
+    SELECT office.finish_run($2, $3, $4) AS finish_run;
 $$;
-COMMENT ON FUNCTION office._on_finish_run(integer, text, integer) IS
+COMMENT ON FUNCTION office._on_finish_run(integer, text, integer, text) IS
     'Internal: office.finish_run on the shard of partition _part (on).';
-REVOKE EXECUTE ON FUNCTION office._on_finish_run(integer, text, integer) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION office._on_finish_run(integer, text, integer) TO office_admin, office_worker;
-CREATE FUNCTION office.finish_run(run_id text, attempt integer) RETURNS boolean
+REVOKE EXECUTE ON FUNCTION office._on_finish_run(integer, text, integer, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_finish_run(integer, text, integer, text) TO office_admin, office_worker;
+CREATE FUNCTION office.finish_run(run_id text, attempt integer, worker_id text DEFAULT NULL::text) RETURNS boolean
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
 AS $fn$
-    SELECT office._on_finish_run(office._route('run', $1), $1, $2)
+    SELECT office._on_finish_run(office._route('run', $1), $1, $2, $3)
 $fn$;
-COMMENT ON FUNCTION office.finish_run(run_id text, attempt integer) IS
-    'claimed -> finished, only if the run is still claimed with this attempt (a stale worker gets false and changes nothing).';
-REVOKE EXECUTE ON FUNCTION office.finish_run(run_id text, attempt integer) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION office.finish_run(run_id text, attempt integer) TO office_admin, office_worker;
+COMMENT ON FUNCTION office.finish_run(run_id text, attempt integer, worker_id text) IS
+    'claimed -> finished, only if the run is still claimed with this attempt (and, when worker_id is given, by that worker): a stale worker gets false and changes nothing.';
+REVOKE EXECUTE ON FUNCTION office.finish_run(run_id text, attempt integer, worker_id text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.finish_run(run_id text, attempt integer, worker_id text) TO office_admin, office_worker;
 
 CREATE FUNCTION office._on_fire_routine_tick(_part integer, _a1 text, _a2 timestamp with time zone, _a3 timestamp with time zone, _a4 integer, _a5 timestamp with time zone, _a6 boolean) RETURNS office.routine_tick_result
     LANGUAGE plproxy
@@ -1410,28 +1410,28 @@ COMMENT ON FUNCTION office.get_task(task_id text) IS
 REVOKE EXECUTE ON FUNCTION office.get_task(task_id text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.get_task(task_id text) TO office_admin, office_producer, office_reader, office_worker;
 
-CREATE FUNCTION office._on_heartbeat_run(_part integer, _a1 text, _a2 integer) RETURNS boolean
+CREATE FUNCTION office._on_heartbeat_run(_part integer, _a1 text, _a2 integer, _a3 text) RETURNS boolean
     LANGUAGE plproxy
     SET search_path = pg_catalog, pg_temp
 AS $$
     CLUSTER 'office_cluster';
     RUN ON _part;
-    SELECT office.heartbeat_run($2, $3) AS heartbeat_run;
+    SELECT office.heartbeat_run($2, $3, $4) AS heartbeat_run;
 $$;
-COMMENT ON FUNCTION office._on_heartbeat_run(integer, text, integer) IS
+COMMENT ON FUNCTION office._on_heartbeat_run(integer, text, integer, text) IS
     'Internal: office.heartbeat_run on the shard of partition _part (on).';
-REVOKE EXECUTE ON FUNCTION office._on_heartbeat_run(integer, text, integer) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION office._on_heartbeat_run(integer, text, integer) TO office_admin, office_worker;
-CREATE FUNCTION office.heartbeat_run(run_id text, attempt integer) RETURNS boolean
+REVOKE EXECUTE ON FUNCTION office._on_heartbeat_run(integer, text, integer, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_heartbeat_run(integer, text, integer, text) TO office_admin, office_worker;
+CREATE FUNCTION office.heartbeat_run(run_id text, attempt integer, worker_id text DEFAULT NULL::text) RETURNS boolean
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
 AS $fn$
-    SELECT office._on_heartbeat_run(office._route('run', $1), $1, $2)
+    SELECT office._on_heartbeat_run(office._route('run', $1), $1, $2, $3)
 $fn$;
-COMMENT ON FUNCTION office.heartbeat_run(run_id text, attempt integer) IS
-    'While the run is claimed with this attempt: heartbeat_at = now(), true (the lease is renewed); otherwise false: the worker lost the run (recovered, cancelled, re-claimed) and must stop working on it.';
-REVOKE EXECUTE ON FUNCTION office.heartbeat_run(run_id text, attempt integer) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION office.heartbeat_run(run_id text, attempt integer) TO office_admin, office_worker;
+COMMENT ON FUNCTION office.heartbeat_run(run_id text, attempt integer, worker_id text) IS
+    'While the run is claimed with this attempt (and, when worker_id is given, by that worker): heartbeat_at = now(), true (the lease is renewed); otherwise false: the worker lost the run (recovered, cancelled, re-claimed) and must stop working on it.';
+REVOKE EXECUTE ON FUNCTION office.heartbeat_run(run_id text, attempt integer, worker_id text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.heartbeat_run(run_id text, attempt integer, worker_id text) TO office_admin, office_worker;
 
 CREATE FUNCTION office._on_is_task_terminal(_part integer, _a1 text) RETURNS boolean
     LANGUAGE plproxy
@@ -1995,28 +1995,28 @@ COMMENT ON FUNCTION office.requeue_runs(run_ids text[]) IS
 REVOKE EXECUTE ON FUNCTION office.requeue_runs(run_ids text[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.requeue_runs(run_ids text[]) TO office_admin;
 
-CREATE FUNCTION office._on_retry_run(_part integer, _a1 text, _a2 integer, _a3 interval) RETURNS boolean
+CREATE FUNCTION office._on_retry_run(_part integer, _a1 text, _a2 integer, _a3 interval, _a4 text) RETURNS boolean
     LANGUAGE plproxy
     SET search_path = pg_catalog, pg_temp
 AS $$
     CLUSTER 'office_cluster';
     RUN ON _part;
-    SELECT office.retry_run($2, $3, $4) AS retry_run;
+    SELECT office.retry_run($2, $3, $4, $5) AS retry_run;
 $$;
-COMMENT ON FUNCTION office._on_retry_run(integer, text, integer, interval) IS
+COMMENT ON FUNCTION office._on_retry_run(integer, text, integer, interval, text) IS
     'Internal: office.retry_run on the shard of partition _part (on).';
-REVOKE EXECUTE ON FUNCTION office._on_retry_run(integer, text, integer, interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION office._on_retry_run(integer, text, integer, interval) TO office_admin, office_worker;
-CREATE FUNCTION office.retry_run(run_id text, attempt integer, delay interval) RETURNS boolean
+REVOKE EXECUTE ON FUNCTION office._on_retry_run(integer, text, integer, interval, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_retry_run(integer, text, integer, interval, text) TO office_admin, office_worker;
+CREATE FUNCTION office.retry_run(run_id text, attempt integer, delay interval, worker_id text DEFAULT NULL::text) RETURNS boolean
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
 AS $fn$
-    SELECT office._on_retry_run(office._route('run', $1), $1, $2, $3)
+    SELECT office._on_retry_run(office._route('run', $1), $1, $2, $3, $4)
 $fn$;
-COMMENT ON FUNCTION office.retry_run(run_id text, attempt integer, delay interval) IS
-    'claimed -> queued in place (key kept), retry_count + 1, claimable again after delay (claimed_at, claimed_by, heartbeat_at cleared); only if still claimed with this attempt. A delay that is not a finite interval from 0 to 100 years 22023.';
-REVOKE EXECUTE ON FUNCTION office.retry_run(run_id text, attempt integer, delay interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION office.retry_run(run_id text, attempt integer, delay interval) TO office_admin, office_worker;
+COMMENT ON FUNCTION office.retry_run(run_id text, attempt integer, delay interval, worker_id text) IS
+    'claimed -> queued in place (key kept), retry_count + 1, claimable again after delay (claimed_at, claimed_by, heartbeat_at cleared); only if still claimed with this attempt (and, when worker_id is given, by that worker). A delay that is not a finite interval from 0 to 100 years 22023.';
+REVOKE EXECUTE ON FUNCTION office.retry_run(run_id text, attempt integer, delay interval, worker_id text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.retry_run(run_id text, attempt integer, delay interval, worker_id text) TO office_admin, office_worker;
 
 CREATE FUNCTION office.routine_fingerprint(title text, description text, assignee text)
  RETURNS text
@@ -2232,7 +2232,7 @@ $$;
 COMMENT ON FUNCTION office._ev_set_aside(integer, integer, integer, text, text, text, text) IS
     'Internal: office.set_aside on the shard of partition _part (ev).';
 REVOKE EXECUTE ON FUNCTION office._ev_set_aside(integer, integer, integer, text, text, text, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION office._ev_set_aside(integer, integer, integer, text, text, text, text) TO office_admin, office_worker;
+GRANT EXECUTE ON FUNCTION office._ev_set_aside(integer, integer, integer, text, text, text, text) TO office_admin;
 CREATE FUNCTION office._on_set_aside(_part integer, _a1 text, _a2 text, _a3 text, _a4 text) RETURNS boolean
     LANGUAGE plproxy
     SET search_path = pg_catalog, pg_temp
@@ -2244,7 +2244,7 @@ $$;
 COMMENT ON FUNCTION office._on_set_aside(integer, text, text, text, text) IS
     'Internal: office.set_aside on the shard of partition _part (on).';
 REVOKE EXECUTE ON FUNCTION office._on_set_aside(integer, text, text, text, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION office._on_set_aside(integer, text, text, text, text) TO office_admin, office_worker;
+GRANT EXECUTE ON FUNCTION office._on_set_aside(integer, text, text, text, text) TO office_admin;
 CREATE FUNCTION office.set_aside(loop text, row_id text, reason text, sqlstate text DEFAULT NULL::text) RETURNS boolean
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -2267,7 +2267,7 @@ $fn$;
 COMMENT ON FUNCTION office.set_aside(loop text, row_id text, reason text, sqlstate text) IS
     'Sets a row its loop cannot process aside in office.poison (reason cut to 1000 characters): the loop''s scan leaves it out from now on. True when it was set aside now; false when it already was, or when sqlstate is transient (class 40, 53, 58, 55P03: the row is tried again). Unknown loop, empty row_id 22023.';
 REVOKE EXECUTE ON FUNCTION office.set_aside(loop text, row_id text, reason text, sqlstate text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION office.set_aside(loop text, row_id text, reason text, sqlstate text) TO office_admin, office_worker;
+GRANT EXECUTE ON FUNCTION office.set_aside(loop text, row_id text, reason text, sqlstate text) TO office_admin;
 
 CREATE FUNCTION office._on_sweep_stuck_parents(_part integer, _a1 integer) RETURNS SETOF office.reconcile_result
     LANGUAGE plproxy

@@ -519,6 +519,26 @@ def heartbeats_renew_the_lease_and_are_fenced(env: Env) -> None:
 
 
 @scenario
+def outcome_calls_are_fenced_by_the_worker_too(env: Env) -> None:
+    agent(env)
+    env.office.enqueue_run("a1", "job")
+    claimed = env.office.claim_run("w1")
+    assert claimed is not None
+    # Another worker that read the attempt (get_run shows it) is refused.
+    assert env.office.heartbeat_run(claimed.id, claimed.attempt, worker_id="w2") is False
+    assert env.office.finish_run(claimed.id, claimed.attempt, worker_id="w2") is False
+    assert env.office.retry_run(claimed.id, claimed.attempt, 0, worker_id="w2") is False
+    assert env.office.fail_run(claimed.id, claimed.attempt, "x", worker_id="w2") is False
+    assert env.office.heartbeat_run(claimed.id, claimed.attempt, worker_id="w1") is True
+    # retryable: back to the queue with a back-off, the error kept.
+    assert env.office.fail_run(claimed.id, claimed.attempt, "flaky", retryable=True, worker_id="w1")
+    again = env.office.get_run(claimed.id)
+    assert again is not None and (again.status, again.retry_count) == ("queued", 1)
+    assert again.error_message == "flaky" and again.scheduled_retry_at is not None
+    env.assert_no_error_logs()
+
+
+@scenario
 def a_recovered_run_fences_its_lost_worker(env: Env) -> None:
     agent(env)
     env.office.enqueue_run("a1", "task_comment", idempotency_key="task_comment:c1:a1")

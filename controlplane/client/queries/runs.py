@@ -71,6 +71,30 @@ HEARTBEAT_RUN = Query(
     "SELECT office.heartbeat_run(run_id => %(run_id)s, attempt => %(attempt)s) AS changed"
 )
 
+# The outcome calls fenced by the worker as well as the attempt (since
+# 0.5.0), and the probe for them: fail_run's five-argument form came with it.
+PROBE_WORKER_FENCE = Query(
+    "SELECT 1 WHERE pg_catalog.to_regprocedure("
+    "'office.fail_run(text, integer, text, boolean, text)') IS NOT NULL"
+)
+HEARTBEAT_RUN_FENCED = Query(
+    "SELECT office.heartbeat_run(run_id => %(run_id)s, attempt => %(attempt)s,"
+    " worker_id => %(worker_id)s) AS changed"
+)
+FINISH_RUN_FENCED = Query(
+    "SELECT office.finish_run(run_id => %(run_id)s, attempt => %(attempt)s,"
+    " worker_id => %(worker_id)s) AS changed"
+)
+FAIL_RUN_FENCED = Query(
+    "SELECT office.fail_run(run_id => %(run_id)s, attempt => %(attempt)s,"
+    " error_message => %(error_message)s, retryable => %(retryable)s,"
+    " worker_id => %(worker_id)s) AS changed"
+)
+RETRY_RUN_FENCED = Query(
+    "SELECT office.retry_run(run_id => %(run_id)s, attempt => %(attempt)s,"
+    " delay => %(delay)s, worker_id => %(worker_id)s) AS changed"
+)
+
 GET_RUN = Query("SELECT * FROM office.get_run(run_id => %(run_id)s)")
 
 RUN_KEYS = Query(
