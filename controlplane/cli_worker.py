@@ -135,8 +135,9 @@ def worker(
     url = _database(obj)
     require_function(
         url,
-        "office.heartbeat_run(text, integer)",
-        "office 0.4.0 is not installed in this database (no office.heartbeat_run):"
+        # get_run came with leases (0.4.0); heartbeat_run's signature changed since
+        "office.get_run(text)",
+        "office 0.4.0 is not installed in this database (no office.get_run):"
         " run `officectl migrate` (or ALTER EXTENSION office UPDATE) first",
         log,
     )

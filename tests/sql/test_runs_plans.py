@@ -17,7 +17,7 @@ from tools import reference
 HOT_PATH = (
     "office.enqueue_run(text, text, jsonb, text, text, boolean, text, text)",
     "office.claim_run(text, text)",
-    "office.finish_run(text, integer)",
+    "office.finish_run(text, integer, text)",
 )
 
 
