@@ -181,6 +181,7 @@ class AsyncOffice(FacadeBase):
     enqueue_runs = async_method(Operations.enqueue_runs)
     claim_run = async_method(Operations.claim_run)
     heartbeat_run = async_method(Operations.heartbeat_run)
+    lease_heartbeat = async_method(Operations.lease_heartbeat)
     get_run = async_method(Operations.get_run)
     run_keys = async_method(Operations.run_keys)
     has_leases = async_method(Operations.has_leases)

@@ -136,7 +136,7 @@ class RunOperations(OperationsCore):
         """``office.heartbeat_run``: renew the lease on a claimed run (the
         recovery threshold counts from the last heartbeat). False: the run is
         no longer this claim's (recovered, cancelled, re-claimed) - stop
-        working on it. ``worker_id``: see :meth:`fenced`."""
+        working on it. ``worker_id``: see :meth:`_fenced`."""
         leases = yield from self.probe("heartbeat_at")
         if not leases:
             params = {"run_id": run_id, "attempt": attempt}
@@ -149,10 +149,10 @@ class RunOperations(OperationsCore):
         """``office.heartbeat_run`` without the lease probe (a worker needs
         leases, and a probe failed in an outage must not turn them off)."""
         params: dict[str, object] = {"run_id": run_id, "attempt": attempt}
-        query = yield from self.fenced(q.HEARTBEAT_RUN, q.HEARTBEAT_RUN_FENCED, params, worker_id)
+        query = yield from self._fenced(q.HEARTBEAT_RUN, q.HEARTBEAT_RUN_FENCED, params, worker_id)
         return (yield from self.changed(query, params))
 
-    def fenced(
+    def _fenced(
         self, plain: Query, fenced: Query, params: dict[str, object], worker_id: str | None
     ) -> Flow[Query]:
         """The outcome call to make: with a ``worker_id`` on a schema whose
@@ -191,9 +191,9 @@ class RunOperations(OperationsCore):
 
     def finish_run(self, run_id: str, attempt: int, worker_id: str | None = None) -> Flow[bool]:
         """``office.finish_run``: True if this claim (``attempt``, and
-        ``worker_id`` if given: see :meth:`fenced`) finished it."""
+        ``worker_id`` if given: see :meth:`_fenced`) finished it."""
         params: dict[str, object] = {"run_id": run_id, "attempt": attempt}
-        query = yield from self.fenced(q.FINISH_RUN, q.FINISH_RUN_FENCED, params, worker_id)
+        query = yield from self._fenced(q.FINISH_RUN, q.FINISH_RUN_FENCED, params, worker_id)
         return (yield from self.changed(query, params))
 
     def fail_run(
@@ -215,7 +215,7 @@ class RunOperations(OperationsCore):
         if retryable:
             params.update(retryable=True, worker_id=worker_id)
             return (yield from self.changed(q.FAIL_RUN_FENCED, params))
-        query = yield from self.fenced(q.FAIL_RUN, q.FAIL_RUN_FENCED, params, worker_id)
+        query = yield from self._fenced(q.FAIL_RUN, q.FAIL_RUN_FENCED, params, worker_id)
         if query is q.FAIL_RUN_FENCED:
             params["retryable"] = False
         return (yield from self.changed(query, params))
@@ -230,7 +230,7 @@ class RunOperations(OperationsCore):
             "attempt": attempt,
             "delay": as_interval(delay),
         }
-        query = yield from self.fenced(q.RETRY_RUN, q.RETRY_RUN_FENCED, params, worker_id)
+        query = yield from self._fenced(q.RETRY_RUN, q.RETRY_RUN_FENCED, params, worker_id)
         return (yield from self.changed(query, params))
 
     def cancel_run(self, run_id: str, reason: str) -> Flow[bool]:

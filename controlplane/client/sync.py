@@ -148,6 +148,7 @@ class Office(FacadeBase):
     enqueue_runs = sync_method(Operations.enqueue_runs)
     claim_run = sync_method(Operations.claim_run)
     heartbeat_run = sync_method(Operations.heartbeat_run)
+    lease_heartbeat = sync_method(Operations.lease_heartbeat)
     get_run = sync_method(Operations.get_run)
     run_keys = sync_method(Operations.run_keys)
     has_leases = sync_method(Operations.has_leases)
