@@ -617,7 +617,7 @@ CREATE FUNCTION office.assign_task(task_id text, assignee_agent_profile_id text,
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
 AS $fn$
-    SELECT * FROM office._on_assign_task(office._checked_partition(office._workspace_of('task', $1), ARRAY['agent', $2, 'OFW01']), $1, $2, $3, $4)
+    SELECT * FROM office._on_assign_task(office._checked_partition(coalesce(office._workspace_of('task', $1), office._workspace_of('agent', $2)), ARRAY['agent', $2, 'OFW01']), $1, $2, $3, $4)
 $fn$;
 COMMENT ON FUNCTION office.assign_task(task_id text, assignee_agent_profile_id text, actor_id text, actor_type text) IS
     'Writes the assignee (NULL or '''' unassigns): the generation goes up by one and the value this call committed is returned; interrupt when a different, non-empty assignee is replaced; an Office task with an assignee gets a task_assigned run keyed assignment_key(task, assignee, generation) (skipped when the agent does not accept runs). Unknown task OFT01, unknown agent OFA01, an agent of another workspace OFW01, bad actor_type or an actor_id over 200 characters 22023.';
