@@ -15,6 +15,7 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from pydantic import BaseModel
 
 from controlplane.client.queries import shards as shard_queries
@@ -54,6 +55,19 @@ def _version(dsn: str) -> str:
     return str(row[0])
 
 
+def plproxy_conninfo(dsn: str) -> str:
+    """``dsn`` (key=value or a ``postgresql://`` URL) as key=value: PL/Proxy
+    appends ``user=...`` to a partition's string, which would extend a URL's
+    database name."""
+    try:
+        parts = conninfo_to_dict(dsn)
+        # A key=value string stays as written, so a server init wrote earlier
+        # still compares equal to its shards.
+        return make_conninfo("", **parts) if "://" in dsn.split("=", 1)[0] else dsn
+    except psycopg.ProgrammingError as exc:
+        raise ClusterError(f"not a connection string: {mask(dsn)}: {exc}") from exc
+
+
 def init_cluster(proxy: str, shards: list[str], partitions: int | None = None) -> ClusterStatus:
     """Install ``office`` on every shard and ``office_proxy`` on ``proxy`` with
     server office_cluster over them. ``partitions`` (a power of two, at least
@@ -66,45 +80,59 @@ def init_cluster(proxy: str, shards: list[str], partitions: int | None = None) -
         raise ClusterError(
             f"--partitions must be a power of two >= the {len(shards)} shards, not {count}"
         )
+    shards = [plproxy_conninfo(shard) for shard in shards]
     versions = {shard: _version(shard) for shard in shards}
     if len(set(versions.values())) != 1:
         raise ClusterError(f"the shards run different office versions: {versions}")
-    with psycopg.connect(proxy, autocommit=True) as conn:
+    wanted = {f"p{p}": shards[p % len(shards)] for p in range(count)}
+    # One transaction, checked by a call through the proxy before it commits:
+    # an init that fails leaves nothing behind, so a re-run starts afresh.
+    with psycopg.connect(proxy) as conn, conn.transaction():
         conn.execute("CREATE EXTENSION IF NOT EXISTS office_proxy CASCADE")
         existing = conn.execute(
             "SELECT srvoptions FROM pg_foreign_server WHERE srvname = %s", (SERVER,)
         ).fetchone()
-        wanted = [f"p{p}={shards[p % len(shards)]}" for p in range(count)]
         if existing is not None:
-            if sorted(o for o in existing[0] if o.startswith("p")) != sorted(wanted):
+            have = dict(o.split("=", 1) for o in existing[0] or [] if o.startswith("p"))
+            if {k: plproxy_conninfo(v) for k, v in have.items()} != wanted:
                 raise ClusterError(
                     f"server {SERVER} exists with other partitions; see docs/scale-out.md"
                     " to move a partition"
                 )
+            respelled = [k for k, v in have.items() if v != wanted[k]]
+            if respelled:
+                # The same shards in another spelling (a URL): the form PL/Proxy can use.
+                conn.execute(
+                    sql.SQL("ALTER SERVER {} OPTIONS ({})").format(
+                        sql.Identifier(SERVER),
+                        sql.SQL(", ").join(
+                            sql.SQL("SET {} {}").format(sql.Identifier(k), sql.Literal(wanted[k]))
+                            for k in respelled
+                        ),
+                    )
+                )
         else:
             options = sql.SQL(", ").join(
-                sql.SQL("{} {}").format(
-                    sql.Identifier(f"p{p}"), sql.Literal(shards[p % len(shards)])
-                )
-                for p in range(count)
+                sql.SQL("{} {}").format(sql.Identifier(k), sql.Literal(v))
+                for k, v in wanted.items()
             )
             conn.execute(
                 sql.SQL("CREATE SERVER {} FOREIGN DATA WRAPPER plproxy OPTIONS ({})").format(
                     sql.Identifier(SERVER), options
                 )
             )
-            user = conn.execute("SELECT current_user").fetchone()
-            assert user is not None
-            conn.execute(
-                sql.SQL("CREATE USER MAPPING FOR PUBLIC SERVER {} OPTIONS (user {})").format(
-                    sql.Identifier(SERVER), sql.Literal(user[0])
-                )
+        user = conn.execute("SELECT current_user").fetchone()
+        assert user is not None
+        conn.execute(
+            sql.SQL(
+                "CREATE USER MAPPING IF NOT EXISTS FOR PUBLIC SERVER {} OPTIONS (user {})"
+            ).format(sql.Identifier(SERVER), sql.Literal(user[0]))
+        )
+        conn.execute(
+            sql.SQL("GRANT USAGE ON FOREIGN SERVER {} TO {}").format(
+                sql.Identifier(SERVER), sql.SQL(", ").join(map(sql.Identifier, OFFICE_ROLES))
             )
-            conn.execute(
-                sql.SQL("GRANT USAGE ON FOREIGN SERVER {} TO {}").format(
-                    sql.Identifier(SERVER), sql.SQL(", ").join(map(sql.Identifier, OFFICE_ROLES))
-                )
-            )
+        )
         row = conn.execute("SELECT office.schema_version()").fetchone()
     log.info("cluster over %d shards, %d partitions, office %s", len(shards), count, row)
     return cluster_status(proxy)
@@ -113,7 +141,9 @@ def init_cluster(proxy: str, shards: list[str], partitions: int | None = None) -
 def with_user(connstr: str, user: str | None) -> str:
     """A shard's connection string as office_cluster holds it, with the user
     of the proxy's mapping unless it names one itself."""
-    return connstr if user is None or "user=" in connstr else f"{connstr} user={user}"
+    if user is None or "user" in conninfo_to_dict(connstr):
+        return connstr
+    return make_conninfo(connstr, user=user)
 
 
 def _shard_status(connstr: str, user: str | None, parts: tuple[int, ...]) -> ShardStatus:

@@ -13,7 +13,7 @@ import psycopg
 from psycopg import sql
 from pydantic import BaseModel
 
-from controlplane.cluster import ClusterError, shard_connstrs, with_user
+from controlplane.cluster import ClusterError, plproxy_conninfo, shard_connstrs, with_user
 from controlplane.shards import SERVER, mask
 
 log = logging.getLogger(__name__)
@@ -234,6 +234,7 @@ def move_partition(
     the server is switched, then the rows are deleted on the source in its
     one transaction. ``rehearse`` copies and stops before the switch (the
     source keeps serving; a later move replaces the copy)."""
+    target = plproxy_conninfo(target)  # as init writes a shard (PL/Proxy appends user=)
     shards, user = shard_connstrs(proxy)
     partitions = _by_partition(shards)
     if not 0 <= partition < len(partitions):

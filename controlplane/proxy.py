@@ -128,7 +128,9 @@ SELECT c.relname, pg_catalog.obj_description(c.oid, 'pg_class'),
 def views_sql(conn: psycopg.Connection[Any]) -> str:
     """The stats views over every shard, merged as
     :func:`controlplane.proxy_wrappers.merged_select` merges rows (text
-    columns group, counts are added, timestamps take the oldest)."""
+    columns group, counts are added, timestamps take the oldest), the groups
+    in the order the shards return them, so a view with an ORDER BY (queue_stats:
+    by status) keeps it through the proxy."""
     out = []
     for name, comment, grantees, columns, types in conn.execute(_VIEWS):
         table = ", ".join(f"{c} {t}" for c, t in zip(columns, types, strict=True))
@@ -146,7 +148,7 @@ def views_sql(conn: psycopg.Connection[Any]) -> str:
                 f"GRANT EXECUTE ON FUNCTION office._all_{name}(integer) TO {', '.join(grantees)};\n"
             )
         merged = merged_select(
-            list(zip(columns, types, strict=True)), f"office._all_{name}(0)", ordered=False
+            list(zip(columns, types, strict=True)), f"office._all_{name}(0)", ordered=True
         )
         out.append(f"CREATE VIEW office.{name} AS\n{merged};\n")
         if comment is not None:

@@ -134,6 +134,16 @@ POISON_ROWS: dict[str, str] = {
 }
 
 
+# An entity route's second choice when its entity is unknown: (kind, argument)
+# whose partition gets the call instead of partition 0. The shard's
+# assign_task checks the agent before the task, so an unknown task must reach
+# the agent's shard to be answered OFT01 as on one database, not OFA01 by a
+# shard that does not hold the agent.
+FALLBACKS: dict[str, tuple[str, str]] = {
+    "assign_task": ("agent", "assignee_agent_profile_id"),
+}
+
+
 # What one database refuses across workspaces and a shard cannot see when the
 # other entity lives on another shard: (kind, argument, SQLSTATE) checked on
 # the proxy before the call (office._checked_partition).

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from controlplane.proxy_routes import CHECKS, POISON_ROWS, ROUTES
+from controlplane.proxy_routes import CHECKS, FALLBACKS, POISON_ROWS, ROUTES
 
 
 @dataclass(frozen=True)
@@ -356,14 +356,20 @@ def function_sql(fn: Function) -> str:
         at = f"${_position(fn, arg)}"
         checks = CHECKS.get(fn.name)
         located = f"office._workspace_of('{route[1]}', {at})"
+        fallback = FALLBACKS.get(fn.name)
+        if fallback is not None:
+            kind, other = fallback
+            located = (
+                f"coalesce({located}, office._workspace_of('{kind}', ${_position(fn, other)}))"
+            )
         workspace = at if route[0] == "workspace" else located
         if checks:
             items = ", ".join(
                 f"'{kind}', ${_position(fn, arg)}, '{code}'" for kind, arg, code in checks
             )
             part = f"office._checked_partition({workspace}, ARRAY[{items}])"
-        elif route[0] == "workspace":
-            part = f"office._partition({at})"
+        elif route[0] == "workspace" or fallback is not None:
+            part = f"office._partition({workspace})"
         else:
             part = f"office._route('{route[1]}', {at})"
         helper, sql = _helper(fn, "on", "_part", fn.result)

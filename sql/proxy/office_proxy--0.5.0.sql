@@ -617,7 +617,7 @@ CREATE FUNCTION office.assign_task(task_id text, assignee_agent_profile_id text,
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
 AS $fn$
-    SELECT * FROM office._on_assign_task(office._checked_partition(office._workspace_of('task', $1), ARRAY['agent', $2, 'OFW01']), $1, $2, $3, $4)
+    SELECT * FROM office._on_assign_task(office._checked_partition(coalesce(office._workspace_of('task', $1), office._workspace_of('agent', $2)), ARRAY['agent', $2, 'OFW01']), $1, $2, $3, $4)
 $fn$;
 COMMENT ON FUNCTION office.assign_task(task_id text, assignee_agent_profile_id text, actor_id text, actor_type text) IS
     'Writes the assignee (NULL or '''' unassigns): the generation goes up by one and the value this call committed is returned; interrupt when a different, non-empty assignee is replaced; an Office task with an assignee gets a task_assigned run keyed assignment_key(task, assignee, generation) (skipped when the agent does not accept runs). Unknown task OFT01, unknown agent OFA01, an agent of another workspace OFW01, bad actor_type or an actor_id over 200 characters 22023.';
@@ -2478,8 +2478,9 @@ CREATE VIEW office.dedup_stats AS
            reason,
            kind,
            CASE WHEN pg_catalog.count(*) = pg_catalog.count(total) THEN pg_catalog.sum(total)::bigint END AS total
-      FROM office._all_dedup_stats(0)
-     GROUP BY queue, reason, kind;
+      FROM office._all_dedup_stats(0) WITH ORDINALITY AS r(queue, reason, kind, total, _n)
+     GROUP BY queue, reason, kind
+     ORDER BY pg_catalog.min(_n);
 COMMENT ON VIEW office.dedup_stats IS
     'Suppressed enqueues by queue (runs|wakeup), reason and kind (windowed|durable|coalesced; coalesced is queue runs). Counters restart from zero after a crash.';
 REVOKE ALL ON office.dedup_stats FROM PUBLIC;
@@ -2500,8 +2501,9 @@ CREATE VIEW office.keyless_stats AS
     SELECT reason,
            cause,
            CASE WHEN pg_catalog.count(*) = pg_catalog.count(total) THEN pg_catalog.sum(total)::bigint END AS total
-      FROM office._all_keyless_stats(0)
-     GROUP BY reason, cause;
+      FROM office._all_keyless_stats(0) WITH ORDINALITY AS r(reason, cause, total, _n)
+     GROUP BY reason, cause
+     ORDER BY pg_catalog.min(_n);
 COMMENT ON VIEW office.keyless_stats IS
     'Keyless enqueues reported with a cause, by reason and cause (unresolved|by_design). Counters restart from zero after a crash.';
 REVOKE ALL ON office.keyless_stats FROM PUBLIC;
@@ -2523,8 +2525,9 @@ CREATE VIEW office.queue_stats AS
            CASE WHEN pg_catalog.count(*) = pg_catalog.count(agents) THEN pg_catalog.sum(agents)::bigint END AS agents,
            CASE WHEN pg_catalog.count(*) = pg_catalog.count(runs) THEN pg_catalog.sum(runs)::bigint END AS runs,
            pg_catalog.min(oldest_requested_at) AS oldest_requested_at
-      FROM office._all_queue_stats(0)
-     GROUP BY status;
+      FROM office._all_queue_stats(0) WITH ORDINALITY AS r(status, agents, runs, oldest_requested_at, _n)
+     GROUP BY status
+     ORDER BY pg_catalog.min(_n);
 COMMENT ON VIEW office.queue_stats IS
     'Runs per status (every status, zero included): distinct agents, runs, and the oldest requested_at.';
 REVOKE ALL ON office.queue_stats FROM PUBLIC;

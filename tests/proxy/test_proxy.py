@@ -433,3 +433,39 @@ def test_due_triggers_are_merged_ordered_and_limited_on_the_proxy(
     merged.sort(key=lambda r: (r[1], r[0].encode()))
     assert px.execute(due, (3,)).fetchall() == merged[:3]
     assert len(px.execute(due, (1000,)).fetchall()) == len(merged) >= 4
+
+
+def test_queue_stats_keeps_the_shards_status_order_through_the_proxy(
+    topo: Topology, px: psycopg.Connection[Any]
+) -> None:
+    for shard in (0, 1):
+        (ws,) = _workspaces_on(topo, shard)
+        px.execute("SELECT office.upsert_agent(%s, %s)", (f"a-{ws}", ws))
+        px.execute("SELECT office.enqueue_run(%s, 'order')", (f"a-{ws}",))
+    order = "SELECT status FROM office.queue_stats"
+    with psycopg.connect(topo.shards[0]) as s0:
+        direct = [r[0] for r in s0.execute(order)]
+    assert direct == ["queued", "claimed", "finished", "failed", "cancelled"]
+    assert [r[0] for r in px.execute(order)] == direct
+
+
+def test_assign_task_errors_come_in_the_direct_calls_order_through_the_proxy(
+    topo: Topology, px: psycopg.Connection[Any]
+) -> None:
+    # The agent on the shard that does not hold partition 0, where an id no
+    # shard knows is routed.
+    (ws,) = _workspaces_on(topo, 1)
+    (other,) = _workspaces_on(topo, 0)
+    px.execute("SELECT office.upsert_agent(%s, %s)", (f"a-{ws}", ws))
+    px.execute("SELECT office.upsert_agent(%s, %s)", (f"a-{other}", other))
+    px.execute("SELECT office.create_task(%s, %s)", (ws, f"t-{ws}"))
+    cases = [
+        ("no-such-task", f"a-{ws}", "OFT01"),
+        ("no-such-task", "no-such-agent", "OFA01"),
+        (f"t-{ws}", "no-such-agent", "OFA01"),
+        (f"t-{ws}", f"a-{other}", "OFW01"),
+    ]
+    for task, agent, sqlstate in cases:
+        with pytest.raises(psycopg.Error) as caught:
+            px.execute("SELECT office.assign_task(%s, %s)", (task, agent))
+        assert (task, agent, caught.value.sqlstate) == (task, agent, sqlstate)

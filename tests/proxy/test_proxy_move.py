@@ -16,6 +16,7 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 
 from controlplane import cluster, partition_move
 from controlplane.cli import main
@@ -435,3 +436,21 @@ def test_a_move_refuses_its_own_source_spelled_otherwise(world: Cluster) -> None
         ],
     )
     assert result.exit_code != 0 and "shard already" in result.output, result.output
+
+
+def test_a_move_to_a_url_dsn_stores_key_value_and_serves_through_the_proxy(
+    world: Cluster,
+) -> None:
+    # PL/Proxy appends user=... to a partition's string: a URL stored as it
+    # was given would make every call of the partition fail.
+    target = conninfo_to_dict(world.target)
+    url = f"postgresql://{target['user']}@{target['host']}:{target['port']}/{target['dbname']}"
+    command = ["cluster", "move", "--proxy", world.proxy, "--partition", str(MOVED)]
+    result = CliRunner().invoke(main, [*command, "--to", url, "--json"])
+    assert result.exit_code == 0, result.output
+    assert conninfo_to_dict(_server_option(world, MOVED)) == target
+    assert "://" not in _server_option(world, MOVED)
+    with psycopg.connect(world.proxy, autocommit=True) as px:
+        px.execute("SELECT office.upsert_agent('a-url-move', %s)", (world.workspaces[MOVED],))
+    with psycopg.connect(world.target) as tgt:
+        assert _one(tgt, "SELECT count(*) FROM office.agent_profiles WHERE id = 'a-url-move'") == 1
