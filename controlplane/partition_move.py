@@ -13,6 +13,7 @@ import psycopg
 from psycopg import sql
 from pydantic import BaseModel
 
+from controlplane import partition_fence
 from controlplane.cluster import ClusterError, plproxy_conninfo, shard_connstrs, with_user
 from controlplane.shards import SERVER, mask
 
@@ -231,9 +232,11 @@ def move_partition(
 
     The source's office tables are locked against writes (SHARE) for the whole
     move; the rows are copied in one target transaction with triggers off,
-    the server is switched, then the rows are deleted on the source in its
-    one transaction. ``rehearse`` copies and stops before the switch (the
-    source keeps serving; a later move replaces the copy)."""
+    the server is switched, the source fenced (controlplane/partition_fence.py:
+    no session can still write the partition there), then the rows are
+    deleted on the source in its one transaction. ``rehearse`` copies and
+    stops before the switch (the source keeps serving; a later move replaces
+    the copy)."""
     target = plproxy_conninfo(target)  # as init writes a shard (PL/Proxy appends user=)
     shards, user = shard_connstrs(proxy)
     partitions = _by_partition(shards)
@@ -329,15 +332,15 @@ def move_partition(
             src_conn.rollback()
             return result(copied, False)
         _switch(proxy, partition, target)
+        with psycopg.connect(proxy, autocommit=True) as px:
+            ended = partition_fence.wait_out_proxy(px, partition_fence.switched_at(px), src)
+        if ended:
+            log.warning(
+                "partition %d: ended %d proxy sessions older than the switch", partition, ended
+            )
+        partition_fence.exclusive(src, (table for table, _ in MOVED_TABLES))
         src.execute("SET LOCAL session_replication_role = replica")
         _delete_partition(src)
-        # A call routed to the source before the switch and waiting on the
-        # lock would write there after the commit: end those sessions (the
-        # call fails, its retry goes to the target).
-        src.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-            " WHERE pg_backend_pid() = ANY (pg_blocking_pids(pid))"
-        )
         src_conn.commit()
     log.info("partition %d moved to %s: %s", partition, mask(target), copied)
     return result(copied, True)

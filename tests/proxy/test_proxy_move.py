@@ -8,7 +8,7 @@ import json
 import os
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -454,3 +454,145 @@ def test_a_move_to_a_url_dsn_stores_key_value_and_serves_through_the_proxy(
         px.execute("SELECT office.upsert_agent('a-url-move', %s)", (world.workspaces[MOVED],))
     with psycopg.connect(world.target) as tgt:
         assert _one(tgt, "SELECT count(*) FROM office.agent_profiles WHERE id = 'a-url-move'") == 1
+
+
+class _Writers:
+    """Producers enqueueing keyed runs of the moved workspace through the
+    proxy: every key by ``PRODUCERS`` threads at about the same time (so the
+    key lock and the dedup decide), even keys coalescible into the agents'
+    queued runs (the key recorded), odd ones entry-triggered (a run each). A
+    call that fails is retried until it is answered, as a caller would."""
+
+    STREAMS = 3
+    PRODUCERS = 2
+
+    def __init__(self, proxy: str, agents: list[str]) -> None:
+        self.proxy, self.agents = proxy, agents
+        self.answers: dict[str, set[str]] = {}
+        self.errors: dict[str, int] = {}
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.threads = [
+            threading.Thread(target=self._produce, args=(stream,))
+            for stream in range(self.STREAMS)
+            for _ in range(self.PRODUCERS)
+        ]
+
+    def answered(self) -> int:
+        with self.lock:
+            return len(self.answers)
+
+    def _enqueue(self, px: psycopg.Connection[Any], key: str, n: int) -> Any:
+        return _one(
+            px,
+            "SELECT outcome, run_id FROM office.enqueue_run(%s, %s, idempotency_key => %s,"
+            " entry_triggered => %s)",
+            self.agents[n % len(self.agents)],
+            "stress",
+            key,
+            n % 2 == 1,
+        )
+
+    def _produce(self, stream: int) -> None:
+        px = psycopg.connect(self.proxy, autocommit=True)
+        n = 0
+        try:
+            while not self.stop.is_set():
+                key = f"stress-{stream}-{n}"
+                while True:
+                    try:
+                        outcome, run_id = self._enqueue(px, key, n)
+                        break
+                    except psycopg.Error as exc:
+                        with self.lock:
+                            name = type(exc).__name__
+                            self.errors[name] = self.errors.get(name, 0) + 1
+                        if px.broken or px.closed:
+                            px = psycopg.connect(self.proxy, autocommit=True)
+                assert outcome in ("queued", "deduped", "coalesced") and run_id
+                with self.lock:
+                    self.answers.setdefault(key, set()).add(run_id)
+                n += 1
+        finally:
+            px.close()
+
+
+def _more_answers(writers: _Writers, more: int) -> Callable[[], bool]:
+    floor = writers.answered() + more
+    return lambda: writers.answered() >= floor
+
+
+def _served(dsn: str, keys: list[str]) -> list[tuple[str, str]]:
+    """(key, run id) for every run serving one of the keys on one database:
+    its own key, or one recorded when a request coalesced into it."""
+    with psycopg.connect(dsn) as conn:
+        if _one(conn, "SELECT to_regnamespace('office')") is None:
+            return []
+        return [
+            (r[0], r[1])
+            for r in conn.execute(
+                "SELECT idempotency_key, id FROM office.runs WHERE idempotency_key = ANY(%(k)s)"
+                " UNION ALL SELECT idempotency_key, run_id FROM office.run_keys_recorded"
+                " WHERE idempotency_key = ANY(%(k)s)",
+                {"k": keys},
+            )
+        ]
+
+
+def test_moves_back_and_forth_under_writers_lose_and_double_no_key(world: Cluster) -> None:
+    ws = world.workspaces[MOVED]
+    source = world.topo.shards[world.topo.partition_shard[MOVED]]
+    agents = [f"stress-{i}-{ws}" for i in range(4)]
+    with psycopg.connect(world.proxy, autocommit=True) as px:
+        for agent in agents:
+            px.execute("SELECT office.upsert_agent(%s, %s)", (agent, ws))
+    writers = _Writers(world.proxy, agents)
+    for thread in writers.threads:
+        thread.start()
+    moves: list[tuple[str, bool | BaseException]] = []
+    try:
+        for to in [world.target, source] * 3:
+            # Each move while the writers run, after they answered more keys.
+            harness.wait_for(_more_answers(writers, 200), "writes")
+            try:
+                moves.append((to, partition_move.move_partition(world.proxy, MOVED, to).switched))
+            except (psycopg.Error, cluster.ClusterError) as exc:
+                moves.append((to, exc))
+        harness.wait_for(_more_answers(writers, 200), "writes after the last move")
+    finally:
+        writers.stop.set()
+        for thread in writers.threads:
+            thread.join(60)
+    keys = sorted(writers.answers)
+    runs: dict[str, set[tuple[str, str]]] = {}
+    for dsn in (*world.topo.shards, world.target):
+        for key, run_id in _served(dsn, keys):
+            runs.setdefault(key, set()).add((dsn, run_id))
+    doubled = sorted(k for k, found in runs.items() if len(found) > 1)
+    answered_twice = sorted(k for k, ids in writers.answers.items() if len(ids) > 1)
+    lost = sorted(
+        k for k, ids in writers.answers.items() if not ids <= {r for _, r in runs.get(k, set())}
+    )
+    stranded = sorted(k for k, found in runs.items() if any(d != source for d, _ in found))
+    summary = (
+        f"{len(keys)} keys, {len(doubled)} with two runs, {len(answered_twice)} answered with"
+        f" two run ids, {len(lost)} lost, {len(stranded)} off the final owner;"
+        f" moves {moves}; retried errors {writers.errors}"
+    )
+    assert all(ok is True for _, ok in moves), summary
+    assert not doubled and not answered_twice and not lost and not stranded, summary
+    # The partition is back on its source: the target keeps none of its rows.
+    assert _server_option(world, MOVED) == source
+    assert _empty(_rows(world.target, ws)), summary
+    with psycopg.connect(world.target) as target:
+        left = target.execute(
+            "SELECT (SELECT count(*) FROM office.runs WHERE agent_profile_id = ANY(%(a)s))"
+            " + (SELECT count(*) FROM office.run_keys_recorded WHERE idempotency_key = ANY(%(k)s))",
+            {"a": agents, "k": keys},
+        ).fetchone()
+        assert left == (0,), summary
+    # Every key answered is served by its one run through the proxy.
+    with psycopg.connect(world.proxy, autocommit=True) as px:
+        for n, key in enumerate(keys):
+            outcome, run_id = writers._enqueue(px, key, int(key.rsplit("-", 1)[1]) + 2 * n)
+            assert outcome == "deduped" and {run_id} == writers.answers[key], (key, summary)

@@ -33,6 +33,8 @@ ALLOWED = {
     "cluster.py": "shard set-up",
     # ``officectl cluster move``: copying a partition's rows between shards.
     "partition_move.py": "a partition's rows copied between shards",
+    # Its fence: the sessions that could still write the partition, ended.
+    "partition_fence.py": "a moved partition's source fenced",
     # ``officectl db``: creating the embedded database and its extension.
     "embedded.py": "embedded database set-up",
     # yoyo's connection set-up and the extension-or-migrations decision.
