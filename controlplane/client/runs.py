@@ -160,15 +160,16 @@ class RunOperations(OperationsCore):
         run to be claimed by that worker (``params`` gains it); else the one
         fenced by the attempt alone, which is all an older schema has. Probed
         once per client; a probe that fails raises, and is asked again."""
-        if worker_id is None:
-            return plain
-        if self.worker_fence is None:
-            reply = yield Call(q.PROBE_WORKER_FENCE, {})
-            self.worker_fence = bool(reply.rows)
-        if not self.worker_fence:
+        if worker_id is None or not (yield from self._has_worker_fence()):
             return plain
         params["worker_id"] = worker_id
         return fenced
+
+    def _has_worker_fence(self) -> Flow[bool]:
+        if self.worker_fence is None:
+            reply = yield Call(q.PROBE_WORKER_FENCE, {})
+            self.worker_fence = bool(reply.rows)
+        return self.worker_fence
 
     def get_run(self, run_id: str) -> Flow[Run | None]:
         """``office.get_run``: the run, or None."""
@@ -213,6 +214,12 @@ class RunOperations(OperationsCore):
             "error_message": error_message,
         }
         if retryable:
+            # The same probe as the fence: both arguments arrived in 0.5.0.
+            if not (yield from self._has_worker_fence()):
+                raise ValueError(
+                    "fail_run(retryable=True) needs schema 0.5.0: this database's"
+                    " office.fail_run has no retryable argument"
+                )
             params.update(retryable=True, worker_id=worker_id)
             return (yield from self.changed(q.FAIL_RUN_FENCED, params))
         query = yield from self._fenced(q.FAIL_RUN, q.FAIL_RUN_FENCED, params, worker_id)
