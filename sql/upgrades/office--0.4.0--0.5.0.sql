@@ -487,6 +487,7 @@ DECLARE
     v_done    bigint := 0;
     v_valid   boolean;
     v_fast    boolean;
+    v_keyed   boolean;
     v_window  interval;
     v_agents  text[];
     v_reasons text[];
@@ -591,10 +592,10 @@ BEGIN
     -- Keyed elements outside READ COMMITTED go one by one: enqueue_run
     -- checks each key against what the snapshot cannot see
     -- (_serve_key_in_snapshot), which the set-based insert does not.
+    v_keyed := EXISTS (SELECT FROM unnest(v_keys) AS k WHERE k IS NOT NULL);
     v_fast := v_valid AND coalesce(current_setting('office.notify', true), '') IN ('', 'edge', 'every', 'on', 'off')
-              AND (current_setting('transaction_isolation') = 'read committed'
-                   OR NOT EXISTS (SELECT FROM unnest(v_keys) AS k WHERE k IS NOT NULL));
-    IF v_fast AND EXISTS (SELECT FROM unnest(v_keys) AS k WHERE k IS NOT NULL) THEN
+              AND (current_setting('transaction_isolation') = 'read committed' OR NOT v_keyed);
+    IF v_fast AND v_keyed THEN
         BEGIN
             v_window := office._window('office.idempotency_window', interval '24 hours');
         EXCEPTION WHEN OTHERS THEN
