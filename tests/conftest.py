@@ -19,6 +19,8 @@ from pytest_postgresql import factories
 from controlplane import schema
 from tests import harness
 
+pytest_plugins = ["tests.tiers"]
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _extension_files() -> None:

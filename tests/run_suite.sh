@@ -9,7 +9,9 @@
 #      run the other tiers of pytest against it;
 #   4. start the embedded PostgreSQL 18 (the same code `officectl` uses for its
 #      default database, with its home on /dev/shm) and run them again;
-#   5. ruff and mypy --strict.
+#   5. ruff and mypy --strict;
+#   6. a table of the steps with their times (each pytest step has already
+#      printed its tiers, tests/tiers.py).
 # Clusters are stopped on every exit path; the exit status is non-zero if any
 # step failed.
 set -uo pipefail
@@ -43,13 +45,15 @@ cleanup() {
 }
 trap cleanup EXIT
 
-step() {  # step NAME COMMAND... : run, remember a failure, keep going
-    local name=$1; shift
+timings=()
+step() {  # step NAME COMMAND... : run, remember a failure and the time, keep going
+    local name=$1 started=$SECONDS status=passed; shift
     echo
     echo "=== $name"
     if ! "$@"; then
-        failures+=("$name")
+        failures+=("$name"); status=FAILED
     fi
+    timings+=("$(printf '%6d s  %-6s  %s' $((SECONDS - started)) "$status" "$name")")
 }
 
 start_pg15() {
@@ -99,6 +103,10 @@ step "ruff" "$BIN/ruff" check controlplane tests bench migrations tools
 step "ruff format" "$BIN/ruff" format --check controlplane tests bench migrations tools
 step "mypy --strict" "$BIN/mypy" --strict controlplane tools tests bench
 
+echo
+echo "=== steps (each pytest step ends with its tiers' counts and times)"
+printf '%s\n' "${timings[@]}"
+printf '%6d s  total\n' "$SECONDS"
 echo
 if [ ${#failures[@]} -eq 0 ]; then
     echo "make test: all steps passed"
