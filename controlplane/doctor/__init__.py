@@ -46,6 +46,7 @@ from controlplane.doctor.findings import Finding, Status, one
 from controlplane.doctor.installation import (
     check_admin_can_call,
     check_indexes,
+    check_native,
     check_public,
     check_roles,
     check_version,
@@ -61,6 +62,7 @@ __all__ = ["CHECKS", "Finding", "Status", "examine", "healthy", "run_checks"]
 
 CHECKS = (
     check_version,
+    check_native,
     check_indexes,
     check_roles,
     check_public,

@@ -98,6 +98,45 @@ def check_version(conn: psycopg.Connection[Any]) -> Iterator[Finding]:
         )
 
 
+# --- native definitions --------------------------------------------------------
+
+
+def check_native(conn: psycopg.Connection[Any]) -> Iterator[Finding]:
+    """Which definitions serve the hot path (:func:`native_finding`)."""
+    native = int(one(conn, q.DOCTOR_NATIVE_FUNCTIONS) or 0)
+    said = str(one(conn, q.DOCTOR_NATIVE_BINDING)) if one(conn, q.DOCTOR_HAS_NATIVE_BINDING) else ""
+    yield native_finding(native, said)
+
+
+def native_finding(native: int, said: str) -> Finding:
+    """The finding for ``native`` C functions in schema office and what the
+    install said (``office._native_binding()``, since 0.5.0; "" before):
+    the C definitions (sql/native/) are bound only when the library's ABI
+    version is the schema's, else PL/pgSQL serves, and the install says why."""
+    plpgsql_only = said.startswith("PL/pgSQL only")
+    if native and not plpgsql_only:
+        reason = f" ({said.removeprefix('native: ')})" if said else ""
+        return Finding(
+            check="native", status=Status.OK, detail=f"native: {native} functions{reason}"
+        )
+    if native:
+        return Finding(
+            check="native",
+            status=Status.PROBLEM,
+            detail=f"{native} functions are bound to a library the install refused ({said})",
+            fix="make install from this release's sources, then reinstall the extension",
+        )
+    if "library is version" in said or "binding the library failed" in said:
+        return Finding(
+            check="native",
+            status=Status.WARNING,
+            detail=f"{said} (the install warned): correct, without the native speed-up",
+            fix="make install from this release's sources, then reinstall the extension",
+        )
+    reason = said.removeprefix("PL/pgSQL only: ") or "this schema records no reason (before 0.5.0)"
+    return Finding(check="native", status=Status.OK, detail=f"PL/pgSQL only, because {reason}")
+
+
 # --- indexes --------------------------------------------------------------------
 
 

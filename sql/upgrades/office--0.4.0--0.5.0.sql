@@ -1078,43 +1078,82 @@ GRANT EXECUTE ON FUNCTION office.retry_run(text, int, interval, text) TO office_
 -- set_aside is the daemon's (its role has office_admin), not a worker's.
 REVOKE EXECUTE ON FUNCTION office.set_aside(text, text, text, text) FROM office_worker;
 
--- === native helpers (95_native.sql) ==========================================
--- enqueue_run and finish_run were replaced by their PL/pgSQL definitions
--- above: where the library is installed, keep enqueue_run's body as the one
--- its C definition hands calls to, and bind the C definitions again (as
--- 95_native.sql does).
-DO $native$
-BEGIN
-    EXECUTE pg_catalog.format(
-        $create$CREATE OR REPLACE FUNCTION office._enqueue_run_plpgsql(agent_profile_id text, reason text, payload jsonb,
-                 idempotency_key text, task_id text, entry_triggered boolean,
-                 keyless_cause text, keyless_detail text)
-             RETURNS office.enqueue_result
-             LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-             SET search_path = pg_catalog, pg_temp
-             SET enable_seqscan = off
-             AS %L$create$,
-        (SELECT p.prosrc FROM pg_catalog.pg_proc p
-          WHERE p.oid = 'office.enqueue_run(text, text, jsonb, text, text, boolean, text, text)'::pg_catalog.regprocedure));
-    CREATE OR REPLACE FUNCTION office.enqueue_run(agent_profile_id text, reason text, payload jsonb DEFAULT '{}',
-                                                  idempotency_key text DEFAULT NULL, task_id text DEFAULT NULL,
-                                                  entry_triggered boolean DEFAULT false,
-                                                  keyless_cause text DEFAULT NULL, keyless_detail text DEFAULT NULL)
-        RETURNS office.enqueue_result
-        LANGUAGE c VOLATILE SECURITY DEFINER
-        AS '$libdir/office', 'office_enqueue_run';
-    CREATE OR REPLACE FUNCTION office.finish_run(run_id text, attempt int, worker_id text DEFAULT NULL)
-        RETURNS boolean
-        LANGUAGE c VOLATILE SECURITY DEFINER
-        AS '$libdir/office', 'office_finish_run';
-EXCEPTION WHEN undefined_file OR undefined_function OR insufficient_privilege THEN
-    NULL;
-END
-$native$;
-
 -- === version ==================================================================
 
 CREATE OR REPLACE FUNCTION office.schema_version() RETURNS text
     LANGUAGE sql STABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
     RETURN '0.5.0';
+
+-- === native helpers (95_native.sql) ==========================================
+-- enqueue_run and finish_run were replaced by their PL/pgSQL definitions
+-- above: where the library is installed and its ABI version is the schema's
+-- (the handshake of 95_native.sql, after the version above), keep
+-- enqueue_run's body as the one its C definition hands calls to, and bind
+-- the C definitions again. office._native_binding() records the result.
+DO $native$
+DECLARE
+    v_schema  text := office.schema_version();
+    v_library text;
+    v_binding text;
+BEGIN
+    BEGIN
+        CREATE FUNCTION pg_temp.office_abi_version() RETURNS text
+            LANGUAGE c STRICT
+            AS '$libdir/office', 'office_abi_version';
+        v_library := pg_temp.office_abi_version();
+        DROP FUNCTION pg_temp.office_abi_version();
+    EXCEPTION
+        WHEN undefined_file THEN
+            v_binding := 'PL/pgSQL only: the office library is not installed on this server';
+        WHEN insufficient_privilege THEN
+            v_binding := 'PL/pgSQL only: the installing role may not create C functions (not a superuser)';
+        WHEN undefined_function THEN
+            v_library := 'older than 0.5.0 (it has no ABI version)';
+    END;
+    IF v_binding IS NULL AND v_library IS DISTINCT FROM v_schema THEN
+        v_binding := pg_catalog.format('PL/pgSQL only: the office library is version %s, the schema %s',
+                                       v_library, v_schema);
+        RAISE WARNING 'office: %', v_binding
+            USING HINT = 'Install the library built with these scripts (make install), then reinstall or update the extension.';
+    END IF;
+    IF v_binding IS NULL THEN
+        BEGIN
+            EXECUTE pg_catalog.format(
+                $create$CREATE OR REPLACE FUNCTION office._enqueue_run_plpgsql(agent_profile_id text, reason text, payload jsonb,
+                         idempotency_key text, task_id text, entry_triggered boolean,
+                         keyless_cause text, keyless_detail text)
+                     RETURNS office.enqueue_result
+                     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+                     SET search_path = pg_catalog, pg_temp
+                     SET enable_seqscan = off
+                     AS %L$create$,
+                (SELECT p.prosrc FROM pg_catalog.pg_proc p
+                  WHERE p.oid = 'office.enqueue_run(text, text, jsonb, text, text, boolean, text, text)'::pg_catalog.regprocedure));
+            CREATE OR REPLACE FUNCTION office.enqueue_run(agent_profile_id text, reason text, payload jsonb DEFAULT '{}',
+                                                          idempotency_key text DEFAULT NULL, task_id text DEFAULT NULL,
+                                                          entry_triggered boolean DEFAULT false,
+                                                          keyless_cause text DEFAULT NULL, keyless_detail text DEFAULT NULL)
+                RETURNS office.enqueue_result
+                LANGUAGE c VOLATILE SECURITY DEFINER
+                AS '$libdir/office', 'office_enqueue_run';
+            CREATE OR REPLACE FUNCTION office.finish_run(run_id text, attempt int, worker_id text DEFAULT NULL)
+                RETURNS boolean
+                LANGUAGE c VOLATILE SECURITY DEFINER
+                AS '$libdir/office', 'office_finish_run';
+            v_binding := pg_catalog.format('native: library %s = schema %s', v_library, v_schema);
+        EXCEPTION WHEN undefined_file OR undefined_function OR insufficient_privilege THEN
+            v_binding := pg_catalog.format('PL/pgSQL only: binding the library failed: %s', SQLERRM);
+        END;
+    END IF;
+    EXECUTE pg_catalog.format(
+        $create$CREATE OR REPLACE FUNCTION office._native_binding() RETURNS text
+             LANGUAGE sql IMMUTABLE
+             SET search_path = pg_catalog, pg_temp
+             RETURN %L$create$, v_binding);
+END
+$native$;
+COMMENT ON FUNCTION office._native_binding() IS
+    'Internal: which definitions serve the hot path, as the install found it: "native: library V = schema V", or "PL/pgSQL only: " and why (sql/95_native.sql; officectl doctor reports it).';
+REVOKE EXECUTE ON FUNCTION office._native_binding() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._native_binding() TO office_producer, office_worker, office_reader, office_admin;

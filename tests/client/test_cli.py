@@ -484,6 +484,7 @@ def test_doctor_passes_on_a_fresh_database(dsn: str) -> None:
     checks = {f["check"] for f in report["findings"]}
     assert checks == {
         "version",
+        "native",
         "indexes",
         "roles",
         "grants",
@@ -505,6 +506,46 @@ def test_doctor_passes_on_a_fresh_database(dsn: str) -> None:
 
     table = officectl(dsn, "doctor")
     assert table.returncode == 0 and "no problems found" in table.stdout
+
+
+_NATIVE_FUNCTIONS = (
+    "SELECT count(*) FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang"
+    " WHERE p.pronamespace = 'office'::regnamespace AND l.lanname = 'c'"
+)
+
+
+def test_doctor_reports_which_definitions_serve(dsn: str, db: psycopg.Connection[Any]) -> None:
+    native = db.execute(_NATIVE_FUNCTIONS).fetchone()
+    assert native is not None
+    _, report = _doctor(dsn)
+    (finding,) = [f for f in report["findings"] if f["check"] == "native"]
+    assert finding["status"] == "ok", finding
+    if native[0]:  # PostgreSQL 15 with the library: the handshake matched
+        assert finding["detail"] == (
+            f"native: {native[0]} functions"
+            f" (library {schema.current_version()} = schema {schema.current_version()})"
+        )
+    else:  # the embedded PostgreSQL 18 has no library
+        assert finding["detail"] == (
+            "PL/pgSQL only, because the office library is not installed on this server"
+        )
+
+
+def test_doctor_flags_a_library_the_install_refused(dsn: str, db: psycopg.Connection[Any]) -> None:
+    # What the handshake records for a stale library (sql/95_native.sql).
+    db.execute(
+        "CREATE OR REPLACE FUNCTION office._native_binding() RETURNS text LANGUAGE sql"
+        " RETURN 'PL/pgSQL only: the office library is version 0.4.9, the schema 0.5.0'"
+    )
+    native = db.execute(_NATIVE_FUNCTIONS).fetchone()
+    assert native is not None
+    code, report = _doctor(dsn)
+    (finding,) = [f for f in report["findings"] if f["check"] == "native"]
+    assert "version 0.4.9" in finding["detail"] and finding["fix"], finding
+    if native[0]:  # C definitions bound although the install refused the library
+        assert finding["status"] == "problem" and code == 1, finding
+    else:
+        assert finding["status"] == "warning" and code == 0, finding
 
 
 def test_doctor_lists_cross_workspace_rows_from_before_the_upgrade(

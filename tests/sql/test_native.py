@@ -15,6 +15,7 @@ import pytest
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from controlplane import schema
 from controlplane.migrate import migrate
 from tests import harness
 from tests.scenarios.hostile import HOSTILE_OBJECTS, HOSTILE_PATH
@@ -147,6 +148,27 @@ def test_the_native_definitions_are_bound_exactly_where_the_library_is_installed
             assert copy[1:] == (True, settings)
         else:
             assert copy is None, name
+    # The handshake's record of it.
+    version = schema.current_version()
+    said = harness.scalar(db, "SELECT office._native_binding()")
+    if installed:
+        assert said == f"native: library {version} = schema {version}"
+    else:
+        assert said == "PL/pgSQL only: the office library is not installed on this server"
+
+
+def test_the_library_abi_version_is_the_control_file_version(db: Conn) -> None:
+    # sql/Makefile passes office.control's default_version to native/abi.c:
+    # the handshake compares it with office.schema_version().
+    libdir = harness.scalar(db, "SELECT setting FROM pg_config WHERE name = 'PKGLIBDIR'")
+    if not (Path(libdir) / "office.so").exists():
+        pytest.skip("no office library on this server")
+    db.execute(
+        "CREATE FUNCTION pg_temp.abi() RETURNS text LANGUAGE c STRICT"
+        " AS '$libdir/office', 'office_abi_version'"
+    )
+    assert harness.scalar(db, "SELECT pg_temp.abi()") == schema.current_version()
+    assert harness.scalar(db, "SELECT office.schema_version()") == schema.current_version()
 
 
 # enqueue_run: where the library is installed, its C definition decides the
@@ -318,6 +340,9 @@ def test_a_migrate_without_superuser_keeps_the_plpgsql_definitions() -> None:
             assert languages == [(name, "plpgsql") for name in NATIVE]
             for name, _, _, _ in COPIES:
                 assert harness.scalar(conn, f"SELECT to_regproc('office.{name}')") is None
+            assert harness.scalar(conn, "SELECT office._native_binding()") == (
+                "PL/pgSQL only: the installing role may not create C functions (not a superuser)"
+            )
             conn.execute("SELECT office.upsert_agent('a1', 'w')")
             outcomes = [
                 harness.scalar(

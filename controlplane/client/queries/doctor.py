@@ -115,3 +115,11 @@ DOCTOR_POISON = Query(
     "SELECT loop, row_id, reason, sqlstate, set_aside_at, count(*) OVER () AS total"
     ' FROM office.poison ORDER BY set_aside_at, loop, row_id COLLATE "C" LIMIT %(limit)s'
 )
+DOCTOR_NATIVE_FUNCTIONS = Query(
+    "SELECT count(*) AS value FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang"
+    " WHERE p.pronamespace = 'office'::regnamespace AND l.lanname = 'c'"
+)
+DOCTOR_HAS_NATIVE_BINDING = Query(
+    "SELECT to_regprocedure('office._native_binding()') IS NOT NULL AS value"
+)
+DOCTOR_NATIVE_BINDING = Query("SELECT office._native_binding() AS value")
