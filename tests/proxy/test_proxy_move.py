@@ -579,6 +579,7 @@ def test_moves_back_and_forth_under_writers_lose_and_double_no_key(world: Cluste
         f" two run ids, {len(lost)} lost, {len(stranded)} off the final owner;"
         f" moves {moves}; retried errors {writers.errors}"
     )
+    print(summary)  # pytest -s: the figures of the note
     assert all(ok is True for _, ok in moves), summary
     assert not doubled and not answered_twice and not lost and not stranded, summary
     # The partition is back on its source: the target keeps none of its rows.
