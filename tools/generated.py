@@ -9,9 +9,11 @@ Each file has one generator, the same function its test uses:
   (``tests/docs/test_reference.py``);
 - ``sql/proxy/office_proxy--<version>.sql``: :func:`controlplane.proxy.generate`
   of a shard's catalog, here a fresh install (``tests/proxy/test_proxy.py`` compares
-  it with the shards of its topology, where PL/Proxy is installed).
+  it with the shards of its topology, where PL/Proxy is installed);
+- ``sql/native/constants.h``: :func:`tools.native_constants.render`, the
+  names and words the C definitions share with the SQL ones.
 
-Both need a PostgreSQL server: ``--dsn`` (default ``OFFICE_DSN``, else the
+They need a PostgreSQL server: ``--dsn`` (default ``OFFICE_DSN``, else the
 embedded database) names a database on it, and a scratch database there gets
 this checkout's SQL. ``verify`` prints a unified diff of every stale file and
 exits 1; ``write`` rewrites them. (``sql/office--<version>.sql``, the built
@@ -30,7 +32,7 @@ import click
 import psycopg
 
 from controlplane import proxy, schema
-from tools import reference
+from tools import native_constants, reference
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,6 +44,7 @@ def generated_files() -> dict[Path, Generator]:
     return {
         Path("docs/reference.md"): reference.render,
         Path("sql/proxy") / f"office_proxy--{schema.current_version()}.sql": proxy.generate,
+        Path("sql/native/constants.h"): native_constants.render,
     }
 
 

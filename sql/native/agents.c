@@ -23,7 +23,7 @@ look_at_agent(Oid office, const char *table, const char *index, Datum agent, Sna
 bool
 agent_busy(Oid office, Datum agent, Snapshot snapshot)
 {
-	return look_at_agent(office, "runs", "idx_run_one_claimed_per_agent", agent, snapshot, scan_next);
+	return look_at_agent(office, ON_INDEX(OFFICE_INDEX_RUN_ONE_CLAIMED_PER_AGENT), agent, snapshot, scan_next);
 }
 
 /*
@@ -33,22 +33,21 @@ agent_busy(Oid office, Datum agent, Snapshot snapshot)
 bool
 profile_accepts(OfficeScan *s)
 {
+	static const char *const refusing[] = OFFICE_AGENT_STATUSES_REFUSING_RUNS;
 	bool		isnull;
 	Datum		status;
 
 	if (!scan_next(s))
 		return false;
-	status = slot_getattr(s->slot, attnum_in(s->heap, "status"), &isnull);
-	return isnull ||
-		!(text_is(DatumGetTextPP(status), "paused") || text_is(DatumGetTextPP(status), "stopped") ||
-		  text_is(DatumGetTextPP(status), "pending_approval"));
+	status = slot_getattr(s->slot, attnum_in(s->heap, OFFICE_COLUMN_AGENT_PROFILES_STATUS), &isnull);
+	return isnull || !text_is_one_of(DatumGetTextPP(status), refusing, lengthof(refusing));
 }
 
 /* The agent exists and accepts runs. */
 bool
 agent_accepts_runs(Oid office, Datum agent, Snapshot snapshot)
 {
-	return look_at_agent(office, "agent_profiles", "agent_profiles_pkey", agent, snapshot, profile_accepts);
+	return look_at_agent(office, ON_INDEX(OFFICE_INDEX_AGENT_PROFILES_PKEY), agent, snapshot, profile_accepts);
 }
 
 /*
@@ -59,8 +58,8 @@ agent_accepts_runs(Oid office, Datum agent, Snapshot snapshot)
 bool
 next_due_run(OfficeScan *s, const Datum *skip, int nskip)
 {
-	int			retry_attnum = attnum_in(s->heap, "scheduled_retry_at");
-	int			id_attnum = attnum_in(s->heap, "id");
+	int			retry_attnum = attnum_in(s->heap, OFFICE_COLUMN_RUNS_SCHEDULED_RETRY_AT);
+	int			id_attnum = attnum_in(s->heap, OFFICE_COLUMN_RUNS_ID);
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 
 	while (scan_next(s))
@@ -90,7 +89,7 @@ agent_due_runs(Oid office, Datum agent, Snapshot snapshot, int limit,
 
 	if (has_except && except_null)
 		return 0;
-	scan_by_text(&s, office, "runs", "idx_run_agent_queued", agent, snapshot);
+	scan_by_text(&s, office, ON_INDEX(OFFICE_INDEX_RUN_AGENT_QUEUED), agent, snapshot);
 	while (count < limit && next_due_run(&s, has_except ? &except : NULL, has_except ? 1 : 0))
 		count++;
 	scan_end(&s);

@@ -89,14 +89,14 @@ read_ready_rows(Oid office, Snapshot snapshot, const char *index, bool due_rows,
 	int			due_attnum;
 	int			rows = 0;
 
-	scan_open(&s, office, "agent_ready", index);
+	scan_open(&s, office, OFFICE_TABLE_AGENT_READY, index);
 	if (due_rows)
 		ScanKeyEntryInitialize(&key, 0, 1, BTLessEqualStrategyNumber, InvalidOid, InvalidOid,
 							   F_TIMESTAMPTZ_LE, TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()));
 	scan_start(&s, snapshot, &key, due_rows ? 1 : 0);
-	agent_attnum = attnum_in(s.heap, "agent_profile_id");
-	head_attnum = attnum_in(s.heap, "head_at");
-	due_attnum = attnum_in(s.heap, "due_at");
+	agent_attnum = attnum_in(s.heap, OFFICE_COLUMN_AGENT_READY_AGENT_PROFILE_ID);
+	head_attnum = attnum_in(s.heap, OFFICE_COLUMN_AGENT_READY_HEAD_AT);
+	due_attnum = attnum_in(s.heap, OFFICE_COLUMN_AGENT_READY_DUE_AT);
 	while (rows < READY_LOOKS && scan_next(&s))
 	{
 		bool		isnull;
@@ -142,18 +142,18 @@ find_candidate(Oid office, Snapshot snapshot, AgentLooks *looks, Candidate *cand
 	bool		isnull;
 
 	candidate->id = (Datum) 0;
-	scan_at(&looks->claimed, office, "runs", "idx_run_one_claimed_per_agent", candidate->agent, snapshot);
+	scan_at(&looks->claimed, office, ON_INDEX(OFFICE_INDEX_RUN_ONE_CLAIMED_PER_AGENT), candidate->agent, snapshot);
 	if (scan_next(&looks->claimed))
 		return;
-	scan_at(&looks->profile, office, "agent_profiles", "agent_profiles_pkey", candidate->agent, snapshot);
+	scan_at(&looks->profile, office, ON_INDEX(OFFICE_INDEX_AGENT_PROFILES_PKEY), candidate->agent, snapshot);
 	if (!profile_accepts(&looks->profile))
 		return;
-	scan_at(q, office, "runs", "idx_run_agent_queued", candidate->agent, snapshot);
+	scan_at(q, office, ON_INDEX(OFFICE_INDEX_RUN_AGENT_QUEUED), candidate->agent, snapshot);
 	if (next_due_run(q, skip_runs->items, skip_runs->n))
 	{
-		candidate->id = PointerGetDatum(DatumGetTextPCopy(slot_getattr(q->slot, attnum_in(q->heap, "id"),
+		candidate->id = PointerGetDatum(DatumGetTextPCopy(slot_getattr(q->slot, attnum_in(q->heap, OFFICE_COLUMN_RUNS_ID),
 																		&isnull)));
-		candidate->requested_at = DatumGetTimestampTz(slot_getattr(q->slot, attnum_in(q->heap, "requested_at"),
+		candidate->requested_at = DatumGetTimestampTz(slot_getattr(q->slot, attnum_in(q->heap, OFFICE_COLUMN_RUNS_REQUESTED_AT),
 																   &isnull));
 	}
 }
@@ -177,8 +177,8 @@ scan_candidates(Oid office, Datum agent, const Skips *skip_agents, const Skips *
 	}
 	else
 	{
-		read_ready_rows(office, snapshot, "idx_agent_ready_head", false, skip_agents, ready, &nready);
-		read_ready_rows(office, snapshot, "idx_agent_ready_due", true, skip_agents, ready, &nready);
+		read_ready_rows(office, snapshot, OFFICE_INDEX_AGENT_READY_HEAD, false, skip_agents, ready, &nready);
+		read_ready_rows(office, snapshot, OFFICE_INDEX_AGENT_READY_DUE, true, skip_agents, ready, &nready);
 		qsort(ready, nready, sizeof(Candidate), compare_ready);
 		nready = Min(nready, READY_LOOKS);
 	}
@@ -297,7 +297,7 @@ office_claim_run(PG_FUNCTION_ARGS)
 			bool		busy;
 			Datum		row;
 
-			if (!try_lock(lock_id("office.runs.claim:", &candidate_agent, 1)))
+			if (!try_lock(lock_id(OFFICE_LOCK_RUNS_CLAIM, &candidate_agent, 1)))
 				busy = true;
 			else
 			{
@@ -315,7 +315,7 @@ office_claim_run(PG_FUNCTION_ARGS)
 			if (claim_candidate(found[i].id, worker, &row))
 			{
 				if (XactIsoLevel == XACT_READ_COMMITTED &&
-					try_lock(lock_id("office.runs.ready:", &candidate_agent, 1)))
+					try_lock(lock_id(OFFICE_LOCK_RUNS_READY, &candidate_agent, 1)))
 					delete_ready_rows(found[i].agent);
 				return_row(fcinfo, row);
 				PG_RETURN_NULL();

@@ -83,14 +83,14 @@ bucket_has_target(Oid office, text *agent, text *reason, text *task, TimestampTz
 
 	if (task == NULL)
 	{
-		scan_open(&s, office, "runs", "idx_run_bucket_queued");
+		scan_open(&s, office, ON_INDEX(OFFICE_INDEX_RUN_BUCKET_QUEUED));
 		text_key(&s, &keys[0], 1, PointerGetDatum(agent));
 		text_key(&s, &keys[1], 2, PointerGetDatum(reason));
 		at_column = 3;
 	}
 	else
 	{
-		scan_open(&s, office, "runs", "idx_run_task_reason");
+		scan_open(&s, office, ON_INDEX(OFFICE_INDEX_RUN_TASK_REASON));
 		text_key(&s, &keys[0], 1, PointerGetDatum(task));
 		text_key(&s, &keys[1], 2, PointerGetDatum(reason));
 		text_key(&s, &keys[2], 3, PointerGetDatum(agent));
@@ -99,16 +99,16 @@ bucket_has_target(Oid office, text *agent, text *reason, text *task, TimestampTz
 	ScanKeyEntryInitialize(&keys[at_column - 1], 0, at_column, BTGreaterStrategyNumber, InvalidOid,
 						   InvalidOid, F_TIMESTAMPTZ_GT, TimestampTzGetDatum(since));
 	scan_start(&s, snapshot, keys, at_column);
-	status_attnum = attnum_in(s.heap, "status");
-	entry_attnum = attnum_in(s.heap, "entry_triggered");
-	key_attnum = attnum_in(s.heap, "idempotency_key");
+	status_attnum = attnum_in(s.heap, OFFICE_COLUMN_RUNS_STATUS);
+	entry_attnum = attnum_in(s.heap, OFFICE_COLUMN_RUNS_ENTRY_TRIGGERED);
+	key_attnum = attnum_in(s.heap, OFFICE_COLUMN_RUNS_IDEMPOTENCY_KEY);
 	while (!found && scan_next(&s))
 	{
 		bool		isnull;
 		Datum		value;
 
 		value = slot_getattr(s.slot, status_attnum, &isnull);
-		if (isnull || !text_is(DatumGetTextPP(value), "queued"))
+		if (isnull || !text_is(DatumGetTextPP(value), OFFICE_RUN_QUEUED))
 			continue;
 		value = slot_getattr(s.slot, entry_attnum, &isnull);
 		if (!isnull && DatumGetBool(value))
@@ -118,7 +118,7 @@ bucket_has_target(Oid office, text *agent, text *reason, text *task, TimestampTz
 		{
 			text	   *key = DatumGetTextPP(value);
 
-			if (VARSIZE_ANY_EXHDR(key) >= 13 && memcmp(VARDATA_ANY(key), "task_comment:", 13) == 0)
+			if (VARSIZE_ANY_EXHDR(key) >= OFFICE_COMMENT_KEY_PREFIX_LENGTH && memcmp(VARDATA_ANY(key), OFFICE_COMMENT_KEY_PREFIX, OFFICE_COMMENT_KEY_PREFIX_LENGTH) == 0)
 				continue;
 		}
 		found = true;
@@ -139,7 +139,7 @@ payload_with_ids(Datum payload, text *agent, text *task)
 	pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
 	for (int i = 0; i < (task ? 2 : 1); i++)
 	{
-		const char *name = i == 0 ? "agent_profile_id" : "task_id";
+		const char *name = i == 0 ? OFFICE_COLUMN_RUNS_AGENT_PROFILE_ID : OFFICE_COLUMN_RUNS_TASK_ID;
 		text	   *id = i == 0 ? agent : task;
 
 		value.type = jbvString;
@@ -285,17 +285,17 @@ office_enqueue_run(PG_FUNCTION_ARGS)
 		bool		served;
 
 		if (XactIsoLevel != XACT_READ_COMMITTED || !setting_unset("office.idempotency_window") ||
-			!try_lock(lock_id("office.runs.key:", &key, 1)))
+			!try_lock(lock_id(OFFICE_LOCK_RUNS_KEY, &key, 1)))
 			return hand_on(fcinfo, "_enqueue_run_plpgsql");
 		snapshot = statement_snapshot();
-		served = key_served(office, snapshot, "runs", "idx_run_idempotency", key,
-							"id", "requested_at", &run_id, &at);
+		served = key_served(office, snapshot, ON_INDEX(OFFICE_INDEX_RUN_IDEMPOTENCY), key,
+							OFFICE_COLUMN_RUNS_ID, OFFICE_COLUMN_RUNS_REQUESTED_AT, &run_id, &at);
 		UnregisterSnapshot(snapshot);
 		if (!served)
 		{
 			snapshot = statement_snapshot();
-			served = key_served(office, snapshot, "run_keys_recorded", "run_keys_recorded_pkey", key,
-								"run_id", "recorded_at", &run_id, &at);
+			served = key_served(office, snapshot, ON_INDEX(OFFICE_INDEX_RUN_KEYS_RECORDED_PKEY), key,
+								OFFICE_COLUMN_RUN_KEYS_RECORDED_RUN_ID, OFFICE_COLUMN_RUN_KEYS_RECORDED_RECORDED_AT, &run_id, &at);
 			UnregisterSnapshot(snapshot);
 		}
 		if (served)
@@ -318,13 +318,13 @@ office_enqueue_run(PG_FUNCTION_ARGS)
 	 */
 	payload = payload_with_ids(payload, agent, task);
 	if (!entry && (key == NULL || VARSIZE_ANY_EXHDR(key) < 13 ||
-				   memcmp(VARDATA_ANY(key), "task_comment:", 13) != 0))
+				   memcmp(VARDATA_ANY(key), OFFICE_COMMENT_KEY_PREFIX, OFFICE_COMMENT_KEY_PREFIX_LENGTH) != 0))
 	{
 		text	   *bucket[3] = {agent, reason, task};
 		/* office.coalesce_window's default: interval '5 seconds' */
 		TimestampTz since = now - 5 * USECS_PER_SEC;
 
-		if (!try_lock(lock_id("office.runs.bucket:", bucket, 3)) ||
+		if (!try_lock(lock_id(OFFICE_LOCK_RUNS_BUCKET, bucket, 3)) ||
 			!setting_unset("office.coalesce_window"))
 			return hand_on(fcinfo, "_enqueue_run_plpgsql");
 		if (bucket_has_target(office, agent, reason, task, since) &&

@@ -48,6 +48,11 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "constants.h"
+
+/* "table", "index" of an OFFICE_INDEX_x of constants.h. */
+#define ON_INDEX(index) index##_ON, index
+
 /*
  * What the files share stays inside office.so: PostgreSQL loads libraries
  * with RTLD_GLOBAL, so an exported name like column() could be taken by, or
@@ -96,6 +101,7 @@ extern OFFICE_INTERNAL bool json_depth_ok(Datum value);
 extern OFFICE_INTERNAL bool text_is(text *value, const char *word);
 extern OFFICE_INTERNAL bool text_equal(Datum a, Datum b);
 extern OFFICE_INTERNAL bool text_in(Datum item, const Datum *items, int n);
+extern OFFICE_INTERNAL bool text_is_one_of(text *value, const char *const *words, int n);
 extern OFFICE_INTERNAL int compare_bytes(Datum a, Datum b);
 extern OFFICE_INTERNAL int attnum_in(Relation rel, const char *name);
 extern OFFICE_INTERNAL Datum column(HeapTuple tuple, Relation rel, const char *name, bool *isnull);

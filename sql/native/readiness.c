@@ -44,7 +44,7 @@ office_ready_agents(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("office._ready_agents() is a trigger function")));
 	rel = trigger->tg_relation;
-	on_agents = strcmp(RelationGetRelationName(rel), "agent_profiles") == 0;
+	on_agents = strcmp(RelationGetRelationName(rel), OFFICE_TABLE_AGENT_PROFILES) == 0;
 	on_insert = TRIGGER_FIRED_BY_INSERT(trigger->tg_event);
 	if (on_insert)
 		new_row = trigger->tg_trigtuple;
@@ -61,44 +61,44 @@ office_ready_agents(PG_FUNCTION_ARGS)
 		/* (the WHEN clause: it accepts runs, and did not or had another id) */
 		bool		isnull;
 
-		agents[count++] = column(new_row, rel, "id", &isnull);
+		agents[count++] = column(new_row, rel, OFFICE_COLUMN_AGENT_PROFILES_ID, &isnull);
 	}
 	else if (on_insert)
 	{
 		/* a run inserted queued (no WHEN clause): its requested_at is the head */
 		bool		isnull;
 
-		if (!column_is(new_row, rel, "status", "queued"))
+		if (!column_is(new_row, rel, OFFICE_COLUMN_RUNS_STATUS, OFFICE_RUN_QUEUED))
 			return PointerGetDatum(NULL);
-		agents[count++] = column(new_row, rel, "agent_profile_id", &isnull);
-		head = column(new_row, rel, "requested_at", &isnull);
+		agents[count++] = column(new_row, rel, OFFICE_COLUMN_RUNS_AGENT_PROFILE_ID, &isnull);
+		head = column(new_row, rel, OFFICE_COLUMN_RUNS_REQUESTED_AT, &isnull);
 		have_head = !isnull;
 	}
 	else
 	{
 		/* a run queued again, a claim that ended (no WHEN clause: any other update readies none) */
 		bool		isnull;
-		Datum		old_agent = column(old_row, rel, "agent_profile_id", &isnull);
+		Datum		old_agent = column(old_row, rel, OFFICE_COLUMN_RUNS_AGENT_PROFILE_ID, &isnull);
 
-		if (new_row != NULL && column_is(new_row, rel, "status", "queued"))
+		if (new_row != NULL && column_is(new_row, rel, OFFICE_COLUMN_RUNS_STATUS, OFFICE_RUN_QUEUED))
 		{
-			Datum		new_agent = column(new_row, rel, "agent_profile_id", &isnull);
+			Datum		new_agent = column(new_row, rel, OFFICE_COLUMN_RUNS_AGENT_PROFILE_ID, &isnull);
 			bool		old_null;
 			bool		new_null;
-			Datum		old_retry = column(old_row, rel, "scheduled_retry_at", &old_null);
-			Datum		new_retry = column(new_row, rel, "scheduled_retry_at", &new_null);
-			TimestampTz old_at = DatumGetTimestampTz(column(old_row, rel, "requested_at", &isnull));
-			TimestampTz new_at = DatumGetTimestampTz(column(new_row, rel, "requested_at", &isnull));
+			Datum		old_retry = column(old_row, rel, OFFICE_COLUMN_RUNS_SCHEDULED_RETRY_AT, &old_null);
+			Datum		new_retry = column(new_row, rel, OFFICE_COLUMN_RUNS_SCHEDULED_RETRY_AT, &new_null);
+			TimestampTz old_at = DatumGetTimestampTz(column(old_row, rel, OFFICE_COLUMN_RUNS_REQUESTED_AT, &isnull));
+			TimestampTz new_at = DatumGetTimestampTz(column(new_row, rel, OFFICE_COLUMN_RUNS_REQUESTED_AT, &isnull));
 
-			if (!column_is(old_row, rel, "status", "queued") ||
+			if (!column_is(old_row, rel, OFFICE_COLUMN_RUNS_STATUS, OFFICE_RUN_QUEUED) ||
 				!text_equal(old_agent, new_agent) || new_at < old_at ||
 				old_null != new_null ||
 				(!old_null && DatumGetTimestampTz(old_retry) != DatumGetTimestampTz(new_retry)))
 				agents[count++] = new_agent;
 		}
-		if (column_is(old_row, rel, "status", "claimed") &&
-			(new_row == NULL || !column_is(new_row, rel, "status", "claimed") ||
-			 !text_equal(old_agent, column(new_row, rel, "agent_profile_id", &isnull))) &&
+		if (column_is(old_row, rel, OFFICE_COLUMN_RUNS_STATUS, OFFICE_RUN_CLAIMED) &&
+			(new_row == NULL || !column_is(new_row, rel, OFFICE_COLUMN_RUNS_STATUS, OFFICE_RUN_CLAIMED) ||
+			 !text_equal(old_agent, column(new_row, rel, OFFICE_COLUMN_RUNS_AGENT_PROFILE_ID, &isnull))) &&
 			(count == 0 || !text_equal(old_agent, agents[0])))
 			agents[count++] = old_agent;
 	}
@@ -112,7 +112,7 @@ office_ready_agents(PG_FUNCTION_ARGS)
 		Datum		listed;
 
 		initStringInfo(&name);
-		appendStringInfoString(&name, "office.runs.ready:");
+		appendStringInfoString(&name, OFFICE_LOCK_RUNS_READY);
 		appendBinaryStringInfo(&name, VARDATA_ANY(agent), VARSIZE_ANY_EXHDR(agent));
 		look = XactIsoLevel == XACT_READ_COMMITTED &&
 			DatumGetBool(DirectFunctionCall1(pg_try_advisory_xact_lock_shared_int8,
@@ -124,15 +124,15 @@ office_ready_agents(PG_FUNCTION_ARGS)
 		if (on_agents || !on_insert)
 		{
 			/* after the lock, in a look of its own: the oldest queued run */
-			have_head = least_of_agent(office, "runs", "idx_run_agent_queued", agents[i],
-									   "requested_at", NULL, &head);
+			have_head = least_of_agent(office, ON_INDEX(OFFICE_INDEX_RUN_AGENT_QUEUED), agents[i],
+									   OFFICE_COLUMN_RUNS_REQUESTED_AT, NULL, &head);
 			if (look && !have_head)
 				continue;
 		}
 		/* the agent's due rows, oldest first: the first is the least head_at */
 		if (look && have_head &&
-			least_of_agent(office, "agent_ready", "idx_agent_ready_agent", agents[i],
-						   "head_at", "due_at", &listed) &&
+			least_of_agent(office, ON_INDEX(OFFICE_INDEX_AGENT_READY_AGENT), agents[i],
+						   OFFICE_COLUMN_AGENT_READY_HEAD_AT, OFFICE_COLUMN_AGENT_READY_DUE_AT, &listed) &&
 			DatumGetTimestampTz(listed) <= DatumGetTimestampTz(head))
 			continue;
 		insert_ready_row(agents[i], have_head ? head : TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()));

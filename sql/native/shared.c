@@ -17,6 +17,16 @@ text_is(text *value, const char *word)
 		memcmp(VARDATA_ANY(value), word, length) == 0;
 }
 
+/* Whether value is one of the n words. */
+bool
+text_is_one_of(text *value, const char *const *words, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (text_is(value, words[i]))
+			return true;
+	return false;
+}
+
 bool
 text_equal(Datum a, Datum b)
 {

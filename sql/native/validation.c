@@ -147,9 +147,9 @@ office_run_row_valid(PG_FUNCTION_ARGS)
 	{
 		text	   *status = PG_GETARG_TEXT_PP(0);
 
-		if (!(text_is(status, "queued") || text_is(status, "claimed") ||
-			  text_is(status, "finished") || text_is(status, "failed") ||
-			  text_is(status, "cancelled")))
+		if (!(text_is(status, OFFICE_RUN_QUEUED) || text_is(status, OFFICE_RUN_CLAIMED) ||
+			  text_is(status, OFFICE_RUN_FINISHED) || text_is(status, OFFICE_RUN_FAILED) ||
+			  text_is(status, OFFICE_RUN_CANCELLED)))
 			result = TERM_FALSE;
 	}
 	if (PG_ARGISNULL(1))
