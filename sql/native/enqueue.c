@@ -64,6 +64,19 @@ key_served(Oid office, Snapshot snapshot, const char *table, const char *index, 
 }
 
 /*
+ * A request or run that never coalesces: entry-triggered, or keyed by a
+ * comment (office.comment_key's prefix): the C mirror, once, of the SQL's
+ * NOT entry_triggered AND (idempotency_key IS NULL OR NOT starts_with(...)).
+ */
+static bool
+never_coalesces(text *key, bool entry)
+{
+	return entry ||
+		(key != NULL && VARSIZE_ANY_EXHDR(key) >= OFFICE_COMMENT_KEY_PREFIX_LENGTH &&
+		 memcmp(VARDATA_ANY(key), OFFICE_COMMENT_KEY_PREFIX, OFFICE_COMMENT_KEY_PREFIX_LENGTH) == 0);
+}
+
+/*
  * Whether the bucket (agent, reason, task) may hold a coalesce target: a
  * queued run requested after since, not entry-triggered, whose key (if any)
  * does not start with task_comment:. Without a task, idx_run_bucket_queued
@@ -110,17 +123,14 @@ bucket_has_target(Oid office, text *agent, text *reason, text *task, TimestampTz
 		value = slot_getattr(s.slot, status_attnum, &isnull);
 		if (isnull || !text_is(DatumGetTextPP(value), OFFICE_RUN_QUEUED))
 			continue;
-		value = slot_getattr(s.slot, entry_attnum, &isnull);
-		if (!isnull && DatumGetBool(value))
-			continue;
-		value = slot_getattr(s.slot, key_attnum, &isnull);
-		if (!isnull)
-		{
-			text	   *key = DatumGetTextPP(value);
+		bool		entry;
+		bool		keyless;
 
-			if (VARSIZE_ANY_EXHDR(key) >= OFFICE_COMMENT_KEY_PREFIX_LENGTH && memcmp(VARDATA_ANY(key), OFFICE_COMMENT_KEY_PREFIX, OFFICE_COMMENT_KEY_PREFIX_LENGTH) == 0)
-				continue;
-		}
+		value = slot_getattr(s.slot, entry_attnum, &isnull);
+		entry = !isnull && DatumGetBool(value);
+		value = slot_getattr(s.slot, key_attnum, &keyless);
+		if (never_coalesces(keyless ? NULL : DatumGetTextPP(value), entry))
+			continue;
 		found = true;
 	}
 	scan_end(&s);
@@ -317,8 +327,7 @@ office_enqueue_run(PG_FUNCTION_ARGS)
 	 * only where a look finds a run it could take (most requests find none)
 	 */
 	payload = payload_with_ids(payload, agent, task);
-	if (!entry && (key == NULL || VARSIZE_ANY_EXHDR(key) < 13 ||
-				   memcmp(VARDATA_ANY(key), OFFICE_COMMENT_KEY_PREFIX, OFFICE_COMMENT_KEY_PREFIX_LENGTH) != 0))
+	if (!never_coalesces(key, entry))
 	{
 		text	   *bucket[3] = {agent, reason, task};
 		/* office.coalesce_window's default: interval '5 seconds' */
