@@ -15,7 +15,7 @@ text index, like ``bench/enqueue.py``'s):
   of each existing page after a checkpoint writes its full image). Where
   ``pg_walinspect`` can be created (PostgreSQL 15 contrib), the steady phase's
   records are also summed by kind and relation: where office's bytes go.
-  A third contender is the least any implementation of API.md §3 writes: the
+  A third contender is the least any implementation of docs/api.md §3 writes: the
   row ``enqueue_run`` stores (its columns, its payload with ``task_id`` and
   ``agent_profile_id`` copied in, its id default) into a copy of
   ``office.runs`` with only the two unique indexes §3 requires (the id, the
@@ -83,7 +83,7 @@ ROW_SET = (
     " FROM generate_series(1, %s) n"
 )
 RAW_FINISH = "UPDATE public.bench_queue SET status = 'finished', finished_at = now() WHERE id = %s"
-# The API.md §3 row with only its two required unique indexes (the module
+# The docs/api.md §3 row with only its two required unique indexes (the module
 # docstring): made by reset(), not with FLOOR_TABLES, as it needs office.runs.
 CONTRACT_TABLE = (
     "CREATE TABLE IF NOT EXISTS public.bench_contract_row (LIKE office.runs INCLUDING DEFAULTS)",
@@ -500,7 +500,7 @@ def main() -> None:
             "before and after, the same keys for both; 'after CHECKPOINT' is the first batch on a",
             "truncated table, 'steady' the next batch, and the last phase a batch right after a",
             f"CHECKPOINT on {GROWN:,} existing rows, whose pages it touches write full images).",
-            "The last column is the least any implementation of API.md §3 writes: the row",
+            "The last column is the least any implementation of docs/api.md §3 writes: the row",
             "`enqueue_run` stores, into a copy of `office.runs` with only the two unique indexes",
             "§3 requires (id, idempotency key), `ON CONFLICT DO NOTHING`; no claim or coalesce",
             "index, trigger or CHECK. Its ratio is to the floor:",

@@ -164,7 +164,7 @@ def connect(url: str) -> psycopg.Connection[Any]:
 
     Its search_path is pinned to ``pg_catalog, pg_temp``: the commands name
     office's objects in full, and nothing they run may resolve through a path
-    that puts someone else's schema first (ARCHITECTURE.md, principle 8)."""
+    that puts someone else's schema first (docs/architecture.md, principle 8)."""
     conn = psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
     conn.execute("SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false)")
     return conn

@@ -1,5 +1,5 @@
 """``officectl runs``: list, show, requeue and cancel runs from the command
-line, as the dashboard's runs page does (API.md §3).
+line, as the dashboard's runs page does (docs/api.md §3).
 
 ``list`` takes the filters of the dashboard's runs list (status, agent,
 reason, task, key prefix) and pages by id, newest first; ``show`` prints one
@@ -35,7 +35,7 @@ from controlplane.models import Run, RunStatus
 
 #: What ``list_runs`` returns at most per call (its page_size bound).
 _PAGE_MAX = 500
-#: What ``requeue_runs`` / ``cancel_runs`` take at most per call (API.md §3).
+#: What ``requeue_runs`` / ``cancel_runs`` take at most per call (docs/api.md §3).
 _IDS_MAX = 10_000
 
 _LIST_COLUMNS = (

@@ -1,5 +1,5 @@
 """A scale-out cluster: one proxy database (``office_proxy``) over shard
-databases (``office``), as API.md §8 and docs/scale-out.md describe.
+databases (``office``), as docs/api.md §8 and docs/scale-out.md describe.
 
 :func:`init_cluster` writes what a DBA would otherwise write by hand (both
 extensions, server ``office_cluster`` with partition ``p`` on shard

@@ -1,4 +1,4 @@
-"""Typed errors for the SQLSTATEs of API.md §7.
+"""Typed errors for the SQLSTATEs of docs/api.md §7.
 
 Bad input and broken preconditions are errors; a duplicate, a coalesce or a
 policy skip never is (those are outcomes, see ``controlplane.models``). Every
@@ -79,7 +79,7 @@ ERRORS_BY_SQLSTATE: dict[str, type[OfficeError]] = {
 
 
 def error_for(sqlstate: str, message: str) -> OfficeError:
-    """The typed error for a SQLSTATE of API.md §7 (``OfficeError`` for others)."""
+    """The typed error for a SQLSTATE of docs/api.md §7 (``OfficeError`` for others)."""
     return ERRORS_BY_SQLSTATE.get(sqlstate, OfficeError)(message, sqlstate=sqlstate)
 
 
@@ -189,7 +189,7 @@ def translate(exc: BaseException) -> BaseException | None:
     """The domain exception for a psycopg/asyncpg server error, or None when
     it stays as it is.
 
-    * a SQLSTATE of API.md §7 → its typed error, with the server's message;
+    * a SQLSTATE of docs/api.md §7 → its typed error, with the server's message;
     * 23505 on a dedup index → :class:`DedupIndexHit` (the clients turn it
       into an outcome);
     * any other 23505 → :class:`UniqueViolationError`;

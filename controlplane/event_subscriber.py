@@ -1,8 +1,8 @@
 """The event subscriber: the second producer of ``task_assigned`` runs
-(DOMAIN.md §2.12).
+(docs/domain.md §2.12).
 
 It consumes the transactional outbox (``office.claim_events`` /
-``office.ack_events``, API.md §6) and turns each ``task.assigned`` event into
+``office.ack_events``, docs/api.md §6) and turns each ``task.assigned`` event into
 a ``task_assigned`` run for an Office task, keyed
 ``assignment_key(task, agent, generation)`` with the generation the *event*
 carries - the value the assignee write committed, never a re-read. These are
@@ -235,7 +235,7 @@ class EventSubscriber:
 
     def handle_task_assigned(self, event: Event) -> HandledEvent:
         """``task.assigned`` → a ``task_assigned`` run keyed with the event's
-        generation (DOMAIN.md §2.12)."""
+        generation (docs/domain.md §2.12)."""
         payload = event.payload
         task_id = payload.get("task_id") or event.task_id
         if not task_id:

@@ -1,8 +1,8 @@
-"""The key builders of API.md §1, in Python.
+"""The key builders of docs/api.md §1, in Python.
 
 Twins of the SQL functions in ``sql/10_keys.sql``: same names, same parameter
 names and order, byte-identical results (both are checked against
-``tests/vectors/keys.json``). Formats and vectors: DOMAIN.md §3.
+``tests/vectors/keys.json``). Formats and vectors: docs/domain.md §3.
 
 Rules: a ``None`` argument gives ``None`` (``routine_key``: a ``None``
 ``source`` or ``routine_id``; its other arguments are optional); an empty id,
@@ -89,7 +89,7 @@ def _sha256_hex(data: bytes) -> str:
 def assignment_key(
     task_id: str | None, agent_profile_id: str | None, generation: int | None
 ) -> str | None:
-    """``task_assigned:<task_id>:<agent_profile_id>:<generation>`` (DOMAIN.md §3.1)."""
+    """``task_assigned:<task_id>:<agent_profile_id>:<generation>`` (docs/domain.md §3.1)."""
     if task_id is None or agent_profile_id is None or generation is None:
         return None
     _id("assignment_key", "task_id", task_id)
@@ -117,7 +117,7 @@ def comment_key(comment_id: str, agent_profile_id: str) -> str: ...
 def comment_key(comment_id: str | None, agent_profile_id: str | None) -> str | None: ...
 def comment_key(comment_id: str | None, agent_profile_id: str | None) -> str | None:
     """``task_comment:<comment_id>:<agent_profile_id>``: the key of a comment's
-    wake of an agent; a run with such a key never coalesces (API.md §3)."""
+    wake of an agent; a run with such a key never coalesces (docs/api.md §3)."""
     if comment_id is None or agent_profile_id is None:
         return None
     _id("comment_key", "comment_id", comment_id)
@@ -127,7 +127,7 @@ def comment_key(comment_id: str | None, agent_profile_id: str | None) -> str | N
 
 def blocker_digest(blocker_ids: Sequence[str | None] | None) -> str | None:
     """Lowercase hex SHA-256 of the ids sorted bytewise and joined with ``,``
-    (DOMAIN.md §3.2). An empty sequence is the digest of the empty string."""
+    (docs/domain.md §3.2). An empty sequence is the digest of the empty string."""
     if blocker_ids is None:
         return None
     if isinstance(blocker_ids, str | bytes):
@@ -152,7 +152,7 @@ def blocker_digest(blocker_ids: Sequence[str | None] | None) -> str | None:
 def blockers_resolved_key(
     blocked_task_id: str | None, blocker_ids: Sequence[str | None] | None
 ) -> str | None:
-    """``blockers_resolved:<blocked_task_id>:<blocker_digest>`` (DOMAIN.md §3.3)."""
+    """``blockers_resolved:<blocked_task_id>:<blocker_digest>`` (docs/domain.md §3.3)."""
     if blocked_task_id is None or blocker_ids is None:
         return None
     _id("blockers_resolved_key", "blocked_task_id", blocked_task_id)
@@ -164,7 +164,7 @@ def wake_operation_id(
 ) -> str | None:
     """``task_children_completed:<parent>:<sha256hex(parent \\0 child ids \\0
     generation)>`` where the child ids are the non-empty ``child_set_key``
-    items with everything from their last ``:`` removed (DOMAIN.md §3.5)."""
+    items with everything from their last ``:`` removed (docs/domain.md §3.5)."""
     if parent_task_id is None or child_set_key is None or generation is None:
         return None
     _id("wake_operation_id", "parent_task_id", parent_task_id)
@@ -188,7 +188,7 @@ def wake_operation_id(
 
 def second_precision_text(ts: datetime | None) -> str | None:
     """The instant as ``YYYY-MM-DD HH:MM:SS`` in UTC, truncated to whole
-    seconds (DOMAIN.md §2.22, §3.10). ``ts`` must be timezone-aware."""
+    seconds (docs/domain.md §2.22, §3.10). ``ts`` must be timezone-aware."""
     if ts is None:
         return None
     _aware("second_precision_text", "ts", ts)
@@ -208,7 +208,7 @@ def routine_fingerprint(
     title: str | None, description: str | None, assignee: str | None
 ) -> str | None:
     """The first 16 bytes of ``sha256(title|description|assignee)`` as 32 hex
-    characters (DOMAIN.md §3.9). Empty texts are allowed."""
+    characters (docs/domain.md §3.9). Empty texts are allowed."""
     if title is None or description is None or assignee is None:
         return None
     data = b"|".join(
@@ -237,7 +237,7 @@ def routine_key(
     routine_run_id: str | None,
     explicit_key: str | None = None,
 ) -> str | None:
-    """The routine wakeup key (DOMAIN.md §3.8), or ``None`` for keyless.
+    """The routine wakeup key (docs/domain.md §3.8), or ``None`` for keyless.
 
     * a non-empty ``explicit_key``: ``routine:<routine_id>:<source>:<explicit_key>``;
     * ``cron`` with a claimed tick (and a trigger):

@@ -9,7 +9,7 @@ in one database would leave objects that belong to neither.
 
 Nothing here resolves a name through the caller's ``search_path``, which in a
 database someone else controls may put ``public`` (and whatever was planted
-there) before ``pg_catalog`` (ARCHITECTURE.md, principle 8): each step pins
+there) before ``pg_catalog`` (docs/architecture.md, principle 8): each step pins
 ``pg_catalog, pg_temp`` for its own transaction, the probe of the installed
 extension runs pinned, and yoyo's bookkeeping runs with only the schema of its
 tables on the path, so that ``pg_catalog`` is searched first.

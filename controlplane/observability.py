@@ -1,9 +1,9 @@
-"""Metrics and logs of dedup, coalescing and keyless enqueues (DOMAIN.md §4).
+"""Metrics and logs of dedup, coalescing and keyless enqueues (docs/domain.md §4).
 
 The database decides every outcome and counts it in its own views
 (``office.dedup_stats``, ``office.keyless_stats``); this module is the
 process-side layer over those outcomes: prometheus counters and log records,
-the same for both clients (one reporting helper, DOMAIN.md §2.6).
+the same for both clients (one reporting helper, docs/domain.md §2.6).
 
 Counters (labels in this order):
 
@@ -27,7 +27,7 @@ Logs on logger ``controlplane.dedup`` (message text exact, fields as
 A queued run is logged at INFO ``run queued`` (id, agent, reason) on logger
 ``controlplane.runs``. Nothing here ever logs at ERROR: a dedup is an outcome.
 
-Parent wakes (DOMAIN.md §4), plain counters, logs on ``controlplane.parent_wake``:
+Parent wakes (docs/domain.md §4), plain counters, logs on ``controlplane.parent_wake``:
 
 * ``office_parent_wake_candidates_total`` - each stuck parent a sweep (or
   ``list_stuck_parents``) handed over; DEBUG ``wake.metric.candidate`` -
@@ -38,7 +38,7 @@ Parent wakes (DOMAIN.md §4), plain counters, logs on ``controlplane.parent_wake
   because the assignee is missing or does not accept runs; DEBUG
   ``wake.metric.assignee_unresolved`` - parent_task_id, reason.
 
-Routine dispatches (DOMAIN.md §4), logs on ``controlplane.routines``:
+Routine dispatches (docs/domain.md §4), logs on ``controlplane.routines``:
 
 * ``office_loop_routine_run_total{workspace,source,disposition}`` - each
   routine run a client's ``dispatch_routine`` or the daemon's cron loop
@@ -110,7 +110,7 @@ def metrics_for(registry: CollectorRegistry | None = None) -> DedupMetrics:
     return per_registry(DedupMetrics, registry)
 
 
-# --- parent wakes (DOMAIN.md §4) ---------------------------------------------
+# --- parent wakes (docs/domain.md §4) ---------------------------------------------
 
 PARENT_WAKE_LOGGER = "controlplane.parent_wake"
 parent_wake_log = logging.getLogger(PARENT_WAKE_LOGGER)
@@ -148,7 +148,7 @@ def parent_wake_metrics_for(registry: CollectorRegistry | None = None) -> Parent
     return per_registry(ParentWakeMetrics, registry)
 
 
-# --- routine dispatches (DOMAIN.md §4) ---------------------------------------
+# --- routine dispatches (docs/domain.md §4) ---------------------------------------
 
 ROUTINES_LOGGER = "controlplane.routines"
 routines_log = logging.getLogger(ROUTINES_LOGGER)
@@ -228,7 +228,7 @@ class Reporter:
     def report_dispatch(self, routine_id: str, source: str, result: DispatchRoutineResult) -> None:
         """What a client reports for one fire (the database has counted its
         own): the disposition, a wakeup dedup, a keyless wakeup, a failure
-        (WARNING, DOMAIN.md §4: the create or the dispatch of its wakeup
+        (WARNING, docs/domain.md §4: the create or the dispatch of its wakeup
         request failed)."""
         self.report_routine_run(result.workspace_id, source, result.status.value)
         reason = wakeup_reason(source)
@@ -365,7 +365,7 @@ def report_keyless(
     Reporter(registry).report_keyless(reason, cause, detail)
 
 
-# --- schema compatibility (DOMAIN.md §2.23) -------------------------------
+# --- schema compatibility (docs/domain.md §2.23) -------------------------------
 
 COMPAT_LOGGER = "controlplane.compat"
 compat_log = logging.getLogger(COMPAT_LOGGER)
@@ -376,7 +376,7 @@ _missing_columns_logged: set[tuple[str, str]] = set()
 
 def report_missing_column(table: str, column: str, consequence: str) -> bool:
     """Log at ERROR that ``office.<table>.<column>`` is absent - exactly once
-    per process (DOMAIN.md §4: "exactly once per process start"), however many
+    per process (docs/domain.md §4: "exactly once per process start"), however many
     clients probe. Returns whether this call logged."""
     with _missing_column_lock:
         if (table, column) in _missing_columns_logged:

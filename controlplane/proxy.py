@@ -1,6 +1,6 @@
 """The ``office_proxy`` extension script, generated from a shard's catalog.
 
-The proxy serves the shard API unchanged (API.md §8), so its public functions
+The proxy serves the shard API unchanged (docs/api.md §8), so its public functions
 are not written by hand: this module reads every public ``office`` function
 of a database where ``office`` is installed (name, arguments with defaults,
 result type, comment, EXECUTE grants) and writes, for each, a wrapper on the

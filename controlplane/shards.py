@@ -2,7 +2,7 @@
 decides it for ``officectl run``, the worker and ``officectl doctor``.
 
 A DSN names either a database with ``office`` (the work runs there) or a
-proxy database (API.md §8: the ``office_proxy`` extension, server
+proxy database (docs/api.md §8: the ``office_proxy`` extension, server
 ``office_cluster``), whose own functions route calls but hold no rows: the
 outboxes, the due ticks, the queued wakeups and the ``NOTIFY`` of the runs
 are on the shards. For a proxy the work runs on each shard database
@@ -40,7 +40,7 @@ __all__ = [
     "topology_of_async",
 ]
 
-#: The PL/Proxy server of the cluster (API.md §8).
+#: The PL/Proxy server of the cluster (docs/api.md §8).
 SERVER = "office_cluster"
 
 _PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S*)|(://[^:/@]*:)([^@]*)(@)")

@@ -3,7 +3,7 @@
 -- An id of a workspace, agent, task or routine is 1-200 characters with no
 -- ',', no ':' and no control character: those are the separators inside keys,
 -- and an id containing one would let two different occurrences share a key
--- (API.md, Conventions). The tables check it (office._is_id, the one place
+-- (docs/api.md, Conventions). The tables check it (office._is_id, the one place
 -- the rule is written); functions that create an entity check it first with
 -- office._check_id, which says which rule the id breaks (22023); a lookup by
 -- such an id simply finds nothing.
@@ -52,7 +52,7 @@ REVOKE EXECUTE ON FUNCTION office._check_id(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office._check_id(text, text)
     TO office_producer, office_worker, office_reader, office_admin;
 
--- Bounds on everything stored (API.md, Conventions): a value past its bound is
+-- Bounds on everything stored (docs/api.md, Conventions): a value past its bound is
 -- 22023 naming the argument, checked before anything is written, so that no
 -- 54000 (an index row too large), 22008 (a timestamp out of range) or a
 -- failure in a background loop much later reaches anyone.
@@ -98,7 +98,7 @@ REVOKE EXECUTE ON FUNCTION office._check_free_text(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office._check_free_text(text, text)
     TO office_producer, office_worker, office_reader, office_admin;
 
--- A stored JSON document nests at most 64 containers deep (API.md,
+-- A stored JSON document nests at most 64 containers deep (docs/api.md,
 -- Conventions). PostgreSQL takes far deeper ones, but clients cannot read
 -- them back: Python's decoder gives up near 1,000 levels, so a deep payload
 -- was claimed, not decoded, recovered and claimed again forever. 64 is far
@@ -251,7 +251,7 @@ GRANT EXECUTE ON FUNCTION office._window(text, interval)
     TO office_producer, office_worker, office_reader, office_admin;
 
 -- Generated ids are time-ordered UUIDs (RFC 9562 version 7) in text form
--- (API.md, Conventions): ids generated later sort later, bytewise, so inserts
+-- (docs/api.md, Conventions): ids generated later sort later, bytewise, so inserts
 -- into an id index stay at its right edge instead of touching random pages.
 -- PostgreSQL 15 has no uuidv7(). Layout: 48 bits of Unix time in
 -- milliseconds, the version nibble 7, 12 bits of sub-millisecond time (RFC

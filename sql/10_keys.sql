@@ -1,11 +1,11 @@
 
--- office: the key builders of API.md §1 (formats and vectors: DOMAIN.md §3).
+-- office: the key builders of docs/api.md §1 (formats and vectors: docs/domain.md §3).
 --
 -- Pure functions: IMMUTABLE, PARALLEL SAFE, never SECURITY DEFINER, pinned to
 -- search_path = pg_catalog, pg_temp so a caller's schemas cannot shadow
 -- sha256/encode/to_char/|| and friends. The two SQL-standard bodies are bound
 -- when they are created, before their own search_path applies, so they name
--- pg_catalog for every call and operator (ARCHITECTURE.md, principle 8). The Python twins in
+-- pg_catalog for every call and operator (docs/architecture.md, principle 8). The Python twins in
 -- controlplane/keys.py must return byte-identical text; both are checked
 -- against tests/vectors/keys.json.
 --
@@ -19,7 +19,7 @@
 -- (decode('00', 'hex') is one NUL byte, independent of
 -- standard_conforming_strings); PG text never holds them.
 
--- task_assigned:<task>:<agent>:<generation>  (DOMAIN.md §3.1)
+-- task_assigned:<task>:<agent>:<generation>  (docs/domain.md §3.1)
 CREATE FUNCTION office.assignment_key(task_id text, agent_profile_id text, generation bigint)
     RETURNS text
     LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
@@ -45,12 +45,12 @@ END
 $fn$;
 COMMENT ON FUNCTION office.assignment_key(text, text, bigint) IS
     'Run key of an assignment occurrence: task_assigned:<task_id>:<agent_profile_id>:<generation> '
-    '(DOMAIN.md §3.1). NULL in, NULL out; empty id or negative generation is 22023.';
+    '(docs/domain.md §3.1). NULL in, NULL out; empty id or negative generation is 22023.';
 REVOKE EXECUTE ON FUNCTION office.assignment_key(text, text, bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.assignment_key(text, text, bigint)
     TO office_producer, office_worker, office_reader, office_admin;
 
--- task_comment:<comment>:<agent>  (API.md §3): the key of a comment's wake of
+-- task_comment:<comment>:<agent>  (docs/api.md §3): the key of a comment's wake of
 -- an agent. Its prefix is what enqueue_run tests to keep such a run out of
 -- coalescing (office._run_locks, the coalesce lookups), so it is built
 -- here rather than written by hand.
@@ -74,12 +74,12 @@ END
 $fn$;
 COMMENT ON FUNCTION office.comment_key(text, text) IS
     'Run key of a comment''s wake of an agent: task_comment:<comment_id>:<agent_profile_id>; a run with '
-    'such a key never coalesces (API.md §3). NULL in, NULL out; an empty id is 22023.';
+    'such a key never coalesces (docs/api.md §3). NULL in, NULL out; an empty id is 22023.';
 REVOKE EXECUTE ON FUNCTION office.comment_key(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.comment_key(text, text)
     TO office_producer, office_worker, office_reader, office_admin;
 
--- sha256hex(join(sort_bytewise(ids), ','))  (DOMAIN.md §2.13, §3.2)
+-- sha256hex(join(sort_bytewise(ids), ','))  (docs/domain.md §2.13, §3.2)
 CREATE FUNCTION office.blocker_digest(blocker_ids text[])
     RETURNS text
     LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
@@ -113,13 +113,13 @@ END
 $fn$;
 COMMENT ON FUNCTION office.blocker_digest(text[]) IS
     'Lowercase hex SHA-256 of the blocker ids sorted bytewise (COLLATE "C") and joined with "," '
-    '(DOMAIN.md §3.2). An empty array is the digest of the empty string; an empty or NULL '
+    '(docs/domain.md §3.2). An empty array is the digest of the empty string; an empty or NULL '
     'element is 22023.';
 REVOKE EXECUTE ON FUNCTION office.blocker_digest(text[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.blocker_digest(text[])
     TO office_producer, office_worker, office_reader, office_admin;
 
--- blockers_resolved:<blocked>:<digest>  (DOMAIN.md §3.3)
+-- blockers_resolved:<blocked>:<digest>  (docs/domain.md §3.3)
 CREATE FUNCTION office.blockers_resolved_key(blocked_task_id text, blocker_ids text[])
     RETURNS text
     LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
@@ -136,12 +136,12 @@ END
 $fn$;
 COMMENT ON FUNCTION office.blockers_resolved_key(text, text[]) IS
     'Engine operation id of a blockers-resolved wave: blockers_resolved:<blocked_task_id>:'
-    '<blocker_digest(blocker_ids)> (DOMAIN.md §3.3).';
+    '<blocker_digest(blocker_ids)> (docs/domain.md §3.3).';
 REVOKE EXECUTE ON FUNCTION office.blockers_resolved_key(text, text[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.blockers_resolved_key(text, text[])
     TO office_producer, office_worker, office_reader, office_admin;
 
--- task_children_completed:<parent>:<sha256hex(parent \0 child-ids \0 generation)>  (DOMAIN.md §3.5)
+-- task_children_completed:<parent>:<sha256hex(parent \0 child-ids \0 generation)>  (docs/domain.md §3.5)
 CREATE FUNCTION office.wake_operation_id(parent_task_id text, child_set_key text, generation text)
     RETURNS text
     LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
@@ -171,12 +171,12 @@ $fn$;
 COMMENT ON FUNCTION office.wake_operation_id(text, text, text) IS
     'Engine operation id of a children-completed wave: task_children_completed:<parent_task_id>:'
     '<sha256hex(parent \0 child ids \0 generation)>; child ids are the child_set_key items '
-    'without their last ":" segment (DOMAIN.md §3.5).';
+    'without their last ":" segment (docs/domain.md §3.5).';
 REVOKE EXECUTE ON FUNCTION office.wake_operation_id(text, text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.wake_operation_id(text, text, text)
     TO office_producer, office_worker, office_reader, office_admin;
 
--- YYYY-MM-DD HH24:MI:SS in UTC, truncated  (DOMAIN.md §2.22, §3.10)
+-- YYYY-MM-DD HH24:MI:SS in UTC, truncated  (docs/domain.md §2.22, §3.10)
 CREATE FUNCTION office.second_precision_text(ts timestamptz)
     RETURNS text
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
@@ -184,12 +184,12 @@ CREATE FUNCTION office.second_precision_text(ts timestamptz)
     RETURN pg_catalog.to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS');
 COMMENT ON FUNCTION office.second_precision_text(timestamptz) IS
     'The instant as YYYY-MM-DD HH24:MI:SS in UTC (truncated to whole seconds), whatever the '
-    'session TimeZone (DOMAIN.md §2.22, §3.10).';
+    'session TimeZone (docs/domain.md §2.22, §3.10).';
 REVOKE EXECUTE ON FUNCTION office.second_precision_text(timestamptz) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.second_precision_text(timestamptz)
     TO office_producer, office_worker, office_reader, office_admin;
 
--- hex(sha256(title|description|assignee)[0:16])  (DOMAIN.md §3.9)
+-- hex(sha256(title|description|assignee)[0:16])  (docs/domain.md §3.9)
 CREATE FUNCTION office.routine_fingerprint(title text, description text, assignee text)
     RETURNS text
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
@@ -204,12 +204,12 @@ CREATE FUNCTION office.routine_fingerprint(title text, description text, assigne
         'hex');
 COMMENT ON FUNCTION office.routine_fingerprint(text, text, text) IS
     'Routine dispatch fingerprint: the first 16 bytes of sha256(title|description|assignee) as 32 '
-    'lowercase hex characters (DOMAIN.md §3.9). Empty texts are allowed.';
+    'lowercase hex characters (docs/domain.md §3.9). Empty texts are allowed.';
 REVOKE EXECUTE ON FUNCTION office.routine_fingerprint(text, text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.routine_fingerprint(text, text, text)
     TO office_producer, office_worker, office_reader, office_admin;
 
--- Routine wakeup key  (DOMAIN.md §3.8)
+-- Routine wakeup key  (docs/domain.md §3.8)
 CREATE FUNCTION office.routine_key(source text, routine_id text, trigger_id text,
                                    claimed_tick timestamptz, routine_run_id text,
                                    explicit_key text DEFAULT NULL)
@@ -253,7 +253,7 @@ BEGIN
 END
 $fn$;
 COMMENT ON FUNCTION office.routine_key(text, text, text, timestamptz, text, text) IS
-    'Routine wakeup key (DOMAIN.md §3.8): routine:<routine_id>:<source>:<explicit_key> for a '
+    'Routine wakeup key (docs/domain.md §3.8): routine:<routine_id>:<source>:<explicit_key> for a '
     'non-empty explicit key; cron with a claimed tick routine:<routine_id>:<trigger_id>:tick:'
     '<unix seconds, floor>; manual/webhook routine:<routine_id>:run:<routine_run_id>; otherwise '
     'NULL (keyless). Never raises for an unknown source.';

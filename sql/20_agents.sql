@@ -1,4 +1,4 @@
--- office: agent profiles (API.md §2).
+-- office: agent profiles (docs/api.md §2).
 --
 -- An agent is the thing a run wakes. Its status decides whether it accepts
 -- runs: paused, stopped and pending_approval agents do not (OFA02).
@@ -119,7 +119,7 @@ COMMENT ON FUNCTION office.set_agent_status(text, text) IS
 REVOKE EXECUTE ON FUNCTION office.set_agent_status(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.set_agent_status(text, text) TO office_producer, office_admin;
 
--- --- workspaces do not mix (API.md, Conventions) ------------------------------
+-- --- workspaces do not mix (docs/api.md, Conventions) ------------------------------
 
 -- An agent never changes workspace: the tasks and routines assigned to it are
 -- checked against its workspace when they are written (40_tasks.sql,

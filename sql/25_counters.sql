@@ -1,9 +1,9 @@
 -- office: the counters behind office.dedup_stats and office.keyless_stats
--- (API.md §6; the views themselves are in 80_observability.sql).
+-- (docs/api.md §6; the views themselves are in 80_observability.sql).
 --
 -- Counting must not make concurrent enqueues wait on one counter row, and it
 -- must not add a lock that two transactions can take in opposite orders (a
--- bulk enqueue counts several labels; API.md §7 promises that no two enqueue
+-- bulk enqueue counts several labels; docs/api.md §7 promises that no two enqueue
 -- calls deadlock). Each counter is striped by slot, and a transaction writes
 -- only in slots it holds exclusively: office._counter_slot() takes a
 -- transaction-scoped advisory lock on a free slot (trying, never waiting:

@@ -1,4 +1,4 @@
--- office: the run queue (API.md §3).
+-- office: the run queue (docs/api.md §3).
 --
 -- enqueue_run decides in a fixed order: validate -> served key -> coalesce ->
 -- insert. Every suppression is an outcome, never an error:
@@ -140,7 +140,7 @@ CREATE UNIQUE INDEX idx_run_one_claimed_per_agent ON office.runs (agent_profile_
 CREATE INDEX idx_run_finished ON office.runs (finished_at)
     WHERE status IN ('finished', 'failed', 'cancelled');
 -- Runs of one task and reason: the runs evidence of a stuck-parent candidate
--- (DOMAIN.md §2.20 rule 8, 60_parent_wake.sql), a task's runs (list_runs), and
+-- (docs/domain.md §2.20 rule 8, 60_parent_wake.sql), a task's runs (list_runs), and
 -- (with the agent and requested_at, since 0.4.0) the coalesce-target lookup of
 -- a request with a task: the bucket's runs within the window, of which the
 -- queued one is the target. Over every status, so that lookup also passes the
@@ -575,7 +575,7 @@ COMMENT ON FUNCTION office._run_locks(text[], text[], text[], text[], boolean[])
 REVOKE EXECUTE ON FUNCTION office._run_locks(text[], text[], text[], text[], boolean[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office._run_locks(text[], text[], text[], text[], boolean[]) TO office_admin;
 
--- Internal: the wake-up signal for runs just queued (API.md §3,
+-- Internal: the wake-up signal for runs just queued (docs/api.md §3,
 -- office.notify). NOTIFY takes a cluster-wide lock at commit and holds it
 -- through the WAL flush, so notifying producers commit one at a time
 -- (docs/benchmarks.md). 'edge' (the default) signals only when no worker is
@@ -1461,7 +1461,7 @@ GRANT EXECUTE ON FUNCTION office.finish_run(text, int, text) TO office_worker, o
 -- A retryable failure goes back to the queue while retry_count is below
 -- max_retries, after a back-off of the retry_count + 1st step (the last one
 -- repeating) times a uniform factor in [0.75, 1.25], so runs that failed
--- together do not come back together (API.md §9: the defaults, 3 retries
+-- together do not come back together (docs/api.md §9: the defaults, 3 retries
 -- and {2 min, 10 min, 30 min, 2 h}, serve while no policy sets others).
 CREATE FUNCTION office.fail_run(run_id text, attempt int, error_message text,
                                 retryable boolean DEFAULT false, worker_id text DEFAULT NULL) RETURNS boolean

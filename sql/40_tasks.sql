@@ -1,5 +1,5 @@
 -- office: tasks, blockers, assignment generations and terminal effects
--- (API.md §2, the child-set readers of §5; DOMAIN.md §1.1-§1.3, §2.8-§2.15, §2.19).
+-- (docs/api.md §2, the child-set readers of §5; docs/domain.md §1.1-§1.3, §2.8-§2.15, §2.19).
 --
 -- The rules live in triggers so that they hold for every client, a plain
 -- INSERT or UPDATE in psql included:
@@ -213,7 +213,7 @@ CREATE FUNCTION office.child_set_key(parent_task_id text) RETURNS text
     SET search_path = pg_catalog, pg_temp
     RETURN (SELECT w.child_set_key FROM office._child_wave(child_set_key.parent_task_id) AS w);
 COMMENT ON FUNCTION office.child_set_key(text) IS
-    'id:STATE of the non-archived children of the parent, ordered by id (bytewise), joined with ","; '''' if none (DOMAIN.md §3.4).';
+    'id:STATE of the non-archived children of the parent, ordered by id (bytewise), joined with ","; '''' if none (docs/domain.md §3.4).';
 REVOKE EXECUTE ON FUNCTION office.child_set_key(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.child_set_key(text) TO office_reader, office_admin;
 
@@ -222,7 +222,7 @@ CREATE FUNCTION office.child_generation(parent_task_id text) RETURNS text
     SET search_path = pg_catalog, pg_temp
     RETURN (SELECT w.newest_child_updated_at FROM office._child_wave(child_generation.parent_task_id) AS w);
 COMMENT ON FUNCTION office.child_generation(text) IS
-    'second_precision_text(max(updated_at)) over the non-archived children of the parent (UTC); '''' if none (DOMAIN.md §2.19).';
+    'second_precision_text(max(updated_at)) over the non-archived children of the parent (UTC); '''' if none (docs/domain.md §2.19).';
 REVOKE EXECUTE ON FUNCTION office.child_generation(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.child_generation(text) TO office_reader, office_admin;
 
@@ -384,7 +384,7 @@ BEGIN
     -- (a dependent routine fire must not see a stale task_created gate).
     -- office.sync_routine_run_status is created later, by 55_routines.sql:
     -- PL/pgSQL resolves the call when it runs. A failure there is reported,
-    -- not allowed to undo the move (DOMAIN.md §2.15).
+    -- not allowed to undo the move (docs/domain.md §2.15).
     v_terminal := CASE NEW.state WHEN 'COMPLETED' THEN 'done'
                                  WHEN 'FAILED' THEN 'failed'
                                  ELSE 'cancelled' END;
@@ -499,7 +499,7 @@ CREATE TRIGGER task_blockers_10_acyclic
     BEFORE INSERT OR UPDATE OF task_id, blocker_task_id ON office.task_blockers
     FOR EACH ROW EXECUTE FUNCTION office._task_blockers_acyclic();
 
--- --- triggers: workspaces do not mix (API.md, Conventions) -------------------
+-- --- triggers: workspaces do not mix (docs/api.md, Conventions) -------------------
 
 -- A task's parent, its blockers and its assignee are in the task's workspace
 -- (OFW01), for every client. Only what a write changes is checked (a row

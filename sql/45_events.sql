@@ -1,4 +1,4 @@
--- office: the transactional event outbox (API.md §6).
+-- office: the transactional event outbox (docs/api.md §6).
 --
 -- Triggers on office.tasks append an event in the same transaction as the
 -- change, whoever makes it (office functions or a plain UPDATE in psql):

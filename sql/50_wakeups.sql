@@ -1,4 +1,4 @@
--- office: wakeup requests (API.md §4; DOMAIN.md §1.5, §2.18).
+-- office: wakeup requests (docs/api.md §4; docs/domain.md §1.5, §2.18).
 --
 -- A wakeup request asks for an agent to be woken; dispatch_wakeup turns it
 -- into a run of the queue, or folds it into the agent's in-flight run:

@@ -1,5 +1,5 @@
--- office: routines, their cron triggers and their runs (API.md §4;
--- DOMAIN.md §1.6, §2.16, §2.17, §3.8, §3.9). The wakeup requests that
+-- office: routines, their cron triggers and their runs (docs/api.md §4;
+-- docs/domain.md §1.6, §2.16, §2.17, §3.8, §3.9). The wakeup requests that
 -- lightweight fires create are in 50_wakeups.sql.
 --
 -- A fire (dispatch_routine) renders the routine's task template, records a
@@ -367,7 +367,7 @@ COMMENT ON FUNCTION office._check_document(text, jsonb) IS
 REVOKE EXECUTE ON FUNCTION office._check_document(text, jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office._check_document(text, jsonb) TO office_admin;
 
--- --- workspaces do not mix (API.md, Conventions) ----------------------------------
+-- --- workspaces do not mix (docs/api.md, Conventions) ----------------------------------
 
 -- A routine's assignee is an agent of the routine's workspace (OFW01), for
 -- every client; only a write of the assignee or the workspace is checked (a
@@ -684,7 +684,7 @@ GRANT EXECUTE ON FUNCTION office.sync_routine_run_status(text, text)
 
 -- --- dispatch ------------------------------------------------------------------------
 
--- Internal: the policy loop with self-heal (API.md §4) for one received run
+-- Internal: the policy loop with self-heal (docs/api.md §4) for one received run
 -- of a heavy skip/coalesce routine. Returns NULL to proceed, or the status the
 -- run got (skipped, coalesced). The caller holds the (routine, fingerprint)
 -- lock.

@@ -1,4 +1,4 @@
--- office: parent wakes that survive reopened children (API.md §5; DOMAIN.md
+-- office: parent wakes that survive reopened children (docs/api.md §5; docs/domain.md
 -- §1.7, §2.19-§2.22, §3.4-§3.5, §3.10).
 --
 -- The edge path (40_tasks.sql, terminal effect 3) wakes a parent when its last
@@ -7,7 +7,7 @@
 -- every parent the edge path could not wake (no assignee then, an agent that
 -- was paused, a wave completed by archiving its last open child, a run that
 -- was lost): list_stuck_parents applies every candidate condition of
--- DOMAIN.md §2.20 in SQL before its LIMIT, so a parent that is not stuck never
+-- docs/domain.md §2.20 in SQL before its LIMIT, so a parent that is not stuck never
 -- takes a slot; reconcile_parent wakes one parent with the very key the edge
 -- path derives and records a receipt in the same transaction. Both paths take
 -- the same transaction-scoped advisory lock on the parent
@@ -20,7 +20,7 @@
 -- child reopened and completed again with an identical child set key is a
 -- new generation, hence a new operation id, a new run and a new receipt.
 -- (A reopen and recomplete inside the second of the previous generation, or
--- of the delivered run's requested_at, is masked: DOMAIN.md §2.20 "Known
+-- of the delivered run's requested_at, is masked: docs/domain.md §2.20 "Known
 -- limitation".)
 --
 -- Cost. A sweep must not read every task, nor every open parent, each tick:
@@ -86,7 +86,7 @@ CREATE INDEX idx_parent_wake_marks_parent ON office.parent_wake_marks (parent_ta
 
 -- --- the candidate conditions, once ------------------------------------------------
 
--- Conditions 1-4 and 6-7 of DOMAIN.md §2.20 with the computed fields. The
+-- Conditions 1-4 and 6-7 of docs/domain.md §2.20 with the computed fields. The
 -- child set key and the generation come from office._child_wave, as those of
 -- office.child_set_key and office.child_generation do, so the sweep and the
 -- edge path derive the same operation id.
@@ -113,7 +113,7 @@ SELECT p.id AS parent_task_id,
         OR k.newest_child_updated_at <> coalesce(r.child_generation, ''));
 REVOKE ALL ON office._parent_wake_candidates FROM PUBLIC;
 COMMENT ON VIEW office._parent_wake_candidates IS
-    'Internal: Office parents (not archived, not ephemeral, not COMPLETED/CANCELLED) with an assignee that accepts runs, at least one non-archived child and all non-archived children COMPLETED/CANCELLED, whose receipt is missing, for another child set key, lost its evidence (legacy) or has another child generation (DOMAIN.md §2.20 rules 1-4, 6, 7).';
+    'Internal: Office parents (not archived, not ephemeral, not COMPLETED/CANCELLED) with an assignee that accepts runs, at least one non-archived child and all non-archived children COMPLETED/CANCELLED, whose receipt is missing, for another child set key, lost its evidence (legacy) or has another child generation (docs/domain.md §2.20 rules 1-4, 6, 7).';
 
 -- ... and rule 8 for the sweep's reason: no task_children_completed run in
 -- flight, and none finished, failed or cancelled at or after the newest child
@@ -130,7 +130,7 @@ SELECT v.*
                     AND office.second_precision_text(w.requested_at) >= v.newest_child_updated_at)));
 REVOKE ALL ON office._parent_wake_stuck FROM PUBLIC;
 COMMENT ON VIEW office._parent_wake_stuck IS
-    'Internal: the candidates of office._parent_wake_candidates with no task_children_completed run in flight or terminal at/after the newest child change (DOMAIN.md §2.20 rule 8): the stuck parents.';
+    'Internal: the candidates of office._parent_wake_candidates with no task_children_completed run in flight or terminal at/after the newest child change (docs/domain.md §2.20 rule 8): the stuck parents.';
 
 -- --- marks -----------------------------------------------------------------------
 
@@ -417,7 +417,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION office.list_stuck_parents(int, text) IS
-    'Parents whose finished child wave was not delivered (every candidate condition of DOMAIN.md §2.20, applied before the LIMIT), ordered by parent id (bytewise): parent, assignee, step, child_set_key, newest_child_updated_at. Read from the parents marked since they were last found delivered, leaving out those the sweep set aside (office.poison); another reason than task_children_completed reads every open parent. Negative max_rows or empty reason 22023.';
+    'Parents whose finished child wave was not delivered (every candidate condition of docs/domain.md §2.20, applied before the LIMIT), ordered by parent id (bytewise): parent, assignee, step, child_set_key, newest_child_updated_at. Read from the parents marked since they were last found delivered, leaving out those the sweep set aside (office.poison); another reason than task_children_completed reads every open parent. Negative max_rows or empty reason 22023.';
 REVOKE EXECUTE ON FUNCTION office.list_stuck_parents(int, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.list_stuck_parents(int, text)
     TO office_producer, office_reader, office_admin;

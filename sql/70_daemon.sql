@@ -1,5 +1,5 @@
 -- office: what the control-plane daemon (`officectl run`, controlplane.daemon)
--- needs beyond the API of API.md: the cron loop's scan and its atomic
+-- needs beyond the API of docs/api.md: the cron loop's scan and its atomic
 -- claim-and-fire, the wakeup loop's batch dispatch, and the numbers behind its
 -- gauges (outbox lag). Each is one short transaction; none holds a lock
 -- across calls, so any number of daemons may run against one database.
@@ -22,7 +22,7 @@
 -- * daemon_stats: pending events and the age of the oldest (the outbox lag),
 --   queued wakeups, due triggers, claimed runs, rows set aside.
 --
--- Poison (API.md Conventions: nothing a caller stores can stop a loop). The
+-- Poison (docs/api.md Conventions: nothing a caller stores can stop a loop). The
 -- owner can write anything into the tables, bypassing every check of the
 -- functions, so each loop must survive a row it cannot process: an
 -- undecodable payload, a time Python cannot represent, a value that makes

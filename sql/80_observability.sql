@@ -1,10 +1,10 @@
--- office: observability views (API.md §6).
+-- office: observability views (docs/api.md §6).
 --
 -- dedup_stats and keyless_stats sum the striped counters of 25_counters.sql;
 -- queue_stats reads office.runs. Readers get SELECT on the views only.
 --
 -- A view is bound when it is created, under the installer's search_path, so
--- every function and operator is named in pg_catalog (ARCHITECTURE.md,
+-- every function and operator is named in pg_catalog (docs/architecture.md,
 -- principle 8): a planted public.count(text) is then never chosen.
 
 CREATE VIEW office.dedup_stats AS

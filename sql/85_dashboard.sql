@@ -2,7 +2,7 @@
 --
 -- What `officectl ui` shows, as functions rather than table reads: office's
 -- roles are granted functions and views, not tables, so a dashboard that read
--- tables worked only as the owner; and a proxy (API.md §8) has no tables at
+-- tables worked only as the owner; and a proxy (docs/api.md §8) has no tables at
 -- all, while it can merge what these return from every shard. Every list is
 -- one page with a bound (page_size 1..500) and a keyset cursor on an indexed
 -- column, so a table of millions of rows costs one index range per page and
@@ -54,7 +54,7 @@ COMMENT ON FUNCTION office.run_window_end(text) IS
 REVOKE EXECUTE ON FUNCTION office.run_window_end(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.run_window_end(text) TO office_reader, office_admin;
 
--- Runs newest first (ids are time-ordered, API.md Conventions). One page is
+-- Runs newest first (ids are time-ordered, docs/api.md Conventions). One page is
 -- the matches among the runs in [not_before_id, before_id): a caller takes
 -- not_before_id from run_window_end(before_id), so the scan is bounded even
 -- when nothing matches; a full page continues from its last id, one that is

@@ -33,7 +33,7 @@ from controlplane import schema
 
 ROLES = ("office_producer", "office_worker", "office_reader", "office_admin")
 
-#: API.md §7, and the one transient error callers should retry.
+#: docs/api.md §7, and the one transient error callers should retry.
 SQLSTATES = (
     (
         "22023",
@@ -434,7 +434,7 @@ def render(conn: psycopg.Connection[Any]) -> str:
         "catalog of a fresh install. The text of each object is its `COMMENT ON`, so",
         "`\\df+ office.*` and `\\dv+ office.*` in psql say the same. The contract these",
         "objects implement (names, parameters, outcome words, SQLSTATEs) is",
-        "`API.md`; operating them is [operations.md](operations.md).",
+        "[api.md](api.md); operating them is [operations.md](operations.md).",
         "",
         "A duplicate, a coalesce or a policy skip is an **outcome** (a column of the",
         "result), never an error. *SQLSTATEs* below lists what a function raises in its",

@@ -13,10 +13,10 @@ result building and reporting exist once, in :mod:`controlplane.client.operation
 Unique violations on ``idx_run_idempotency``/``idx_wakeup_idempotency`` are
 outcomes (``deduped``/``durable``), however they reach Python; any other
 unique violation is :class:`controlplane.errors.UniqueViolationError`; the
-SQLSTATEs of API.md §7 are the typed errors of :mod:`controlplane.errors`
+SQLSTATEs of docs/api.md §7 are the typed errors of :mod:`controlplane.errors`
 (the drivers translate with :func:`controlplane.errors.wrap_exceptions`).
 
-Mixed versions (DOMAIN.md §2.23): on first enqueue each client probes once
+Mixed versions (docs/domain.md §2.23): on first enqueue each client probes once
 whether ``office.runs.entry_triggered`` exists. When it does not (a database
 still at schema 0.1.0), one ERROR is logged per *process* (logger
 ``controlplane.compat``, naming ``runs`` and ``entry_triggered``; see

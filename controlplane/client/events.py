@@ -1,4 +1,4 @@
-"""The operations of the transactional outbox (API.md §6): one flow each,
+"""The operations of the transactional outbox (docs/api.md §6): one flow each,
 shared by both clients (see :mod:`controlplane.client.core`)."""
 
 from __future__ import annotations

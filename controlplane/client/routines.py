@@ -1,4 +1,4 @@
-"""The operations of routines and wakeup requests (API.md §4): one flow
+"""The operations of routines and wakeup requests (docs/api.md §4): one flow
 each, shared by both clients (see :mod:`controlplane.client.core`)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The operations of the run queue and the agents (API.md §2-§3), and raw
+"""The operations of the run queue and the agents (docs/api.md §2-§3), and raw
 statements: one flow each, shared by both clients (see
 :mod:`controlplane.client.core`). Their docstrings are the clients' own."""
 

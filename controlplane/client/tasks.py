@@ -1,4 +1,4 @@
-"""The operations of tasks and parent wakes (API.md §2, §5): one flow each,
+"""The operations of tasks and parent wakes (docs/api.md §2, §5): one flow each,
 shared by both clients (see :mod:`controlplane.client.core`)."""
 
 from __future__ import annotations

@@ -88,7 +88,7 @@ class DaemonConfig:
     wakeup_min_age: float = 0.0
     cron_batch: int = 100
     sweep_interval: float = 30.0
-    #: Stuck parents reconciled per sweep call (DOMAIN.md §2.20: 5 a tick).
+    #: Stuck parents reconciled per sweep call (docs/domain.md §2.20: 5 a tick).
     sweep_batch: int = 5
     recover_interval: float = 60.0
     #: A claimed run whose last heartbeat (its claim, if it never sent one) is

@@ -1,6 +1,6 @@
 """Logging for ``officectl run``: stdlib logging, as text or as JSON lines.
 
-The library logs carry their fields as ``extra`` (DOMAIN.md §4: ``queue``,
+The library logs carry their fields as ``extra`` (docs/domain.md §4: ``queue``,
 ``reason``, ``key``, ...); both formats show them: the text format appends
 ``name=value`` pairs, the JSON format makes them keys of the object.
 

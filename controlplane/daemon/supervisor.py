@@ -8,7 +8,7 @@ what it handled, so no claimed event is left hidden) and the process exits
 0. ``start()``/``stop()``/``join()`` run it inside another program (the
 demo does).
 
-On a proxy DSN (API.md §8) the loops run on every shard of server
+On a proxy DSN (docs/api.md §8) the loops run on every shard of server
 ``office_cluster`` (:mod:`controlplane.shards`): one pool, one set of loops,
 one health and one metrics registry per shard, each loop named
 ``<loop>@<shard>`` and its logs and series labelled ``shard``. A shard that

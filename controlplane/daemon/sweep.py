@@ -1,4 +1,4 @@
-"""The stuck-parent sweep loop (DOMAIN.md §2.20): ``sweep_stuck_parents``
+"""The stuck-parent sweep loop (docs/domain.md §2.20): ``sweep_stuck_parents``
 every ``sweep_interval`` (default 30 s), ``sweep_batch`` parents a call (5,
 as the original's reconciler). A call that delivered a full batch is
 followed by another at once, so a backlog drains without waiting a tick per

@@ -9,7 +9,7 @@ Checks:
 * version - ``office.schema_version()`` against this package's version
   (:func:`controlplane.schema.current_version`), and the extension's own
   version where office is an extension;
-* indexes - the dedup and routine-gate indexes of API.md exist, are valid and
+* indexes - the dedup and routine-gate indexes of docs/api.md exist, are valid and
   have exactly the documented columns and predicates;
 * roles and grants - the four office roles exist, ``office_admin`` is a member
   of the other three, each has USAGE on the schema, ``office_admin`` may call

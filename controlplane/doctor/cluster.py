@@ -1,4 +1,4 @@
-"""The doctor on a proxy DSN (API.md §8): every check of
+"""The doctor on a proxy DSN (docs/api.md §8): every check of
 :func:`controlplane.doctor.run_checks` on each shard of ``office_cluster``,
 each finding labelled with its shard, a problem for a shard that cannot be
 reached, and the versions: every shard on one, the proxy's the same."""

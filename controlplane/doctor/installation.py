@@ -1,5 +1,5 @@
 """The doctor's checks of the installation itself: versions, the indexes
-that carry API.md's guarantees, roles and grants (see :mod:`controlplane.doctor`)."""
+that carry docs/api.md's guarantees, roles and grants (see :mod:`controlplane.doctor`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from controlplane.doctor.findings import Finding, Status, one, rows
 
 ROLES = ("office_producer", "office_worker", "office_reader", "office_admin")
 
-#: ``pg_get_indexdef`` of the indexes whose predicates carry API.md's guarantees.
+#: ``pg_get_indexdef`` of the indexes whose predicates carry docs/api.md's guarantees.
 EXPECTED_INDEXES = {
     "idx_run_idempotency": (
         "CREATE UNIQUE INDEX idx_run_idempotency ON office.runs USING btree (idempotency_key)"

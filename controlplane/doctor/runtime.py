@@ -17,7 +17,7 @@ WINDOW_SETTINGS = {
     "office.coalesce_window": "5 seconds",
 }
 NOTIFY_SETTING = "office.notify"
-#: What office._signal_runs takes (API.md §3): edge (the default, also when
+#: What office._signal_runs takes (docs/api.md §3): edge (the default, also when
 #: empty), every, on (the 0.3.0 spelling of every), off; anything else fails
 #: every enqueue with 22023.
 NOTIFY_VALUES = ("edge", "every", "on", "off", "")

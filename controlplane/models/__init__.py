@@ -4,7 +4,7 @@ any other controlplane module but :mod:`controlplane.models` itself.
 
 A duplicate or a coalesce is an *outcome*, never an error: every enqueue
 returns an :class:`EnqueueResult` and only ``queued`` means that a run was
-created (DOMAIN.md §2.1).
+created (docs/domain.md §2.1).
 
 * :mod:`~controlplane.models.common` - queue outcomes and dedup kinds;
 * :mod:`~controlplane.models.runs` - enqueue requests and results, runs, keys;

@@ -1,4 +1,4 @@
-"""Typed results of the agent functions (API.md §2)."""
+"""Typed results of the agent functions (docs/api.md §2)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ class AgentStatus(StrEnum):
 
 
 class Agent(BaseModel):
-    """A row of ``office.agent_profiles`` (API.md §2)."""
+    """A row of ``office.agent_profiles`` (docs/api.md §2)."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
 

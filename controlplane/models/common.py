@@ -1,5 +1,5 @@
 """What every capability's results share: the queue's outcomes and dedup
-kinds (API.md §2-§3), and the decoding of ``jsonb`` columns for both drivers."""
+kinds (docs/api.md §2-§3), and the decoding of ``jsonb`` columns for both drivers."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ class DedupQueue(StrEnum):
 
 
 class KeylessCause(StrEnum):
-    """Why a producer enqueues without a key (DOMAIN.md §2.5)."""
+    """Why a producer enqueues without a key (docs/domain.md §2.5)."""
 
     UNRESOLVED = "unresolved"
     BY_DESIGN = "by_design"

@@ -2,7 +2,7 @@
 cron loop's scan and claim-and-fire, the wakeup loop's batch dispatch, the
 rows set aside, and the numbers behind the gauges.
 
-These are read by one daemon that must survive any row (API.md Conventions:
+These are read by one daemon that must survive any row (docs/api.md Conventions:
 nothing a caller stores can stop a loop), so they stay lenient where a row
 written by hand could hold anything: statuses and policies are plain text
 here and are checked where a single row can be set aside.

@@ -1,4 +1,4 @@
-"""Typed rows of the transactional outbox, ``office.events`` (API.md §6)."""
+"""Typed rows of the transactional outbox, ``office.events`` (docs/api.md §6)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ class EventTopic(StrEnum):
 
 
 class Event(BaseModel):
-    """A row of ``office.events``, the transactional outbox (API.md §6)."""
+    """A row of ``office.events``, the transactional outbox (docs/api.md §6)."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
 

@@ -1,8 +1,8 @@
-"""Typed results of the parent-wake functions (API.md §5) for both Python
+"""Typed results of the parent-wake functions (docs/api.md §5) for both Python
 clients.
 
 ``list_stuck_parents`` returns :class:`StuckParent` rows: Office parents whose
-finished child wave nobody delivered (every candidate condition of DOMAIN.md
+finished child wave nobody delivered (every candidate condition of docs/domain.md
 §2.20 is applied in SQL before the limit). ``reconcile_parent`` and each row of
 ``sweep_stuck_parents`` is a :class:`ReconcileResult`: either the wake was
 enqueued - ``outcome`` is the queue's (``queued``, ``deduped``, ``coalesced``:

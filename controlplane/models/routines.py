@@ -1,4 +1,4 @@
-"""Typed results of the routine functions (API.md §4; DOMAIN.md §1.5,
+"""Typed results of the routine functions (docs/api.md §4; docs/domain.md §1.5,
 §2.16-§2.18): routines, their cron triggers and one dispatch."""
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""Typed results of the run queue (API.md §2-§3) for both Python clients.
+"""Typed results of the run queue (docs/api.md §2-§3) for both Python clients.
 
 A duplicate or a coalesce is an *outcome*, never an error: every enqueue
 returns an :class:`EnqueueResult` and only ``queued`` means that a run was
-created (DOMAIN.md §2.1).
+created (docs/domain.md §2.1).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class EnqueueRequest(BaseModel):
 
     @property
     def keyless(self) -> bool:
-        """No key: an empty key means "no key" (API.md conventions)."""
+        """No key: an empty key means "no key" (docs/api.md conventions)."""
         return not self.idempotency_key
 
 
@@ -134,7 +134,7 @@ class ExecuteResult(BaseModel):
 
 
 class Run(BaseModel):
-    """A row of ``office.runs`` (API.md §3). Columns the API does not name are
+    """A row of ``office.runs`` (docs/api.md §3). Columns the API does not name are
     ignored; ``entry_triggered`` reads as false on a 0.1.0 schema and
     ``heartbeat_at`` (the lease, renewed by ``heartbeat_run``) as None before
     0.4.0."""

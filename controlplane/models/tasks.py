@@ -1,4 +1,4 @@
-"""Typed results of the task and event functions (API.md §2, §6) for both
+"""Typed results of the task and event functions (docs/api.md §2, §6) for both
 Python clients.
 
 ``create_task`` and ``assign_task`` are producers: besides the task they
@@ -46,7 +46,7 @@ class TaskState(StrEnum):
 
 TASK_STATES = frozenset(TaskState)
 #: Terminal for blockers (``is_task_terminal``): FAILED counts. A parent's
-#: wave needs COMPLETED or CANCELLED children (DOMAIN.md §1.1).
+#: wave needs COMPLETED or CANCELLED children (docs/domain.md §1.1).
 TERMINAL_STATES = frozenset({TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELLED})
 
 
@@ -109,7 +109,7 @@ class AssignResult(_ProducerResult):
 
 
 class Task(BaseModel):
-    """A row of ``office.tasks`` (API.md §2)."""
+    """A row of ``office.tasks`` (docs/api.md §2)."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
 

@@ -1,4 +1,4 @@
-"""Typed results of the wakeup-request functions (API.md §4; DOMAIN.md §1.6)."""
+"""Typed results of the wakeup-request functions (docs/api.md §4; docs/domain.md §1.6)."""
 
 from __future__ import annotations
 

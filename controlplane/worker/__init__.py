@@ -1,6 +1,6 @@
 """The worker side of the run queue: claim a run, call the handler, keep the
 claim alive with heartbeats, write the outcome fenced by the attempt, stop
-cleanly (API.md §3).
+cleanly (docs/api.md §3).
 
 ``Worker(office, handler)`` (threads, psycopg) and
 ``AsyncWorker(async_office, async_handler)`` (asyncio, asyncpg) share every
@@ -15,7 +15,7 @@ them (:mod:`controlplane.cli_worker`).
   ``office.notify`` is only sent when no worker is bound to come for the
   agent, which is why claiming again after every handler matters. A lost
   LISTEN connection falls back to polling and reconnects with backoff.
-  On a proxy DSN (API.md §8) the claims and every write still go through
+  On a proxy DSN (docs/api.md §8) the claims and every write still go through
   the proxy, and the worker LISTENs on every shard of ``office_cluster``
   (:mod:`controlplane.shards`; a proxy relays no NOTIFY), one connection
   each, a shard's loss logged for that shard (docs/scale-out.md says why).

@@ -34,7 +34,7 @@ from controlplane.worker.metrics import worker_metrics_for
 
 log = logging.getLogger("controlplane.worker")
 
-#: The channel of the wake-up signal (API.md §3); the payload is the agent id.
+#: The channel of the wake-up signal (docs/api.md §3); the payload is the agent id.
 CHANNEL = "office_runs"
 
 #: Longest wait between two tries of a database call after a failure.

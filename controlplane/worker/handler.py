@@ -16,7 +16,7 @@ from typing import Any
 from controlplane.models import Run
 from controlplane.models.common import undecodable
 
-#: ``fail_run``'s ``error_message`` bound (API.md: free texts at most 64 KiB).
+#: ``fail_run``'s ``error_message`` bound (docs/api.md: free texts at most 64 KiB).
 ERROR_MESSAGE_BYTES = 64 * 1024
 
 #: The longest ``Retry`` delay the server takes: 100 years, as PostgreSQL

@@ -52,7 +52,7 @@ AS $$
     SELECT coalesce(pg_catalog.hashtext(workspace_id) & (office._partitions() - 1), 0)
 $$;
 COMMENT ON FUNCTION office._partition(text) IS
-    'The partition of a workspace: hashtext(workspace_id) & (partitions - 1) (API.md §8).';
+    'The partition of a workspace: hashtext(workspace_id) & (partitions - 1) (docs/api.md §8).';
 
 -- One partition per shard database: partitions naming the same connection
 -- string are one database, asked once.
@@ -97,7 +97,7 @@ COMMENT ON FUNCTION office._unreachable(text, text) IS
     'Internal: true for the error of a PL/Proxy call whose shard could not be reached (08xxx, or PL/Proxy''s XX000 connection failure, never a shard''s own error).';
 
 -- Where entities live, asked of one shard: the workspace of each id it
--- holds. The kinds are the entities API.md §8 routes by id. (Argument names
+-- holds. The kinds are the entities docs/api.md §8 routes by id. (Argument names
 -- must not match a column: PL/Proxy substitutes them into the SELECT.)
 CREATE FUNCTION office._locate(_part integer, _kind text, _eids text[])
     RETURNS TABLE(entity_id text, workspace_id text)
@@ -280,7 +280,7 @@ $$;
 COMMENT ON FUNCTION office._event_groups(bigint[]) IS
     'Internal: proxy event ids (local_id * partitions + partition) grouped by partition, as local ids.';
 
--- enqueue_runs split by shard (API.md §8): the elements grouped by the
+-- enqueue_runs split by shard (docs/api.md §8): the elements grouped by the
 -- shard of their agent's workspace (its lowest partition), in the order of
 -- each group's first element, each group's elements in element order with
 -- their ordinalities in the whole call. An element whose agent no shard
@@ -649,7 +649,7 @@ BEGIN
 END
 $function$;
 COMMENT ON FUNCTION office.assignment_key(task_id text, agent_profile_id text, generation bigint) IS
-    'Run key of an assignment occurrence: task_assigned:<task_id>:<agent_profile_id>:<generation> (DOMAIN.md §3.1). NULL in, NULL out; empty id or negative generation is 22023.';
+    'Run key of an assignment occurrence: task_assigned:<task_id>:<agent_profile_id>:<generation> (docs/domain.md §3.1). NULL in, NULL out; empty id or negative generation is 22023.';
 REVOKE EXECUTE ON FUNCTION office.assignment_key(task_id text, agent_profile_id text, generation bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.assignment_key(task_id text, agent_profile_id text, generation bigint) TO office_admin, office_producer, office_reader, office_worker;
 
@@ -686,7 +686,7 @@ BEGIN
 END
 $function$;
 COMMENT ON FUNCTION office.blocker_digest(blocker_ids text[]) IS
-    'Lowercase hex SHA-256 of the blocker ids sorted bytewise (COLLATE "C") and joined with "," (DOMAIN.md §3.2). An empty array is the digest of the empty string; an empty or NULL element is 22023.';
+    'Lowercase hex SHA-256 of the blocker ids sorted bytewise (COLLATE "C") and joined with "," (docs/domain.md §3.2). An empty array is the digest of the empty string; an empty or NULL element is 22023.';
 REVOKE EXECUTE ON FUNCTION office.blocker_digest(blocker_ids text[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.blocker_digest(blocker_ids text[]) TO office_admin, office_producer, office_reader, office_worker;
 
@@ -706,7 +706,7 @@ BEGIN
 END
 $function$;
 COMMENT ON FUNCTION office.blockers_resolved_key(blocked_task_id text, blocker_ids text[]) IS
-    'Engine operation id of a blockers-resolved wave: blockers_resolved:<blocked_task_id>:<blocker_digest(blocker_ids)> (DOMAIN.md §3.3).';
+    'Engine operation id of a blockers-resolved wave: blockers_resolved:<blocked_task_id>:<blocker_digest(blocker_ids)> (docs/domain.md §3.3).';
 REVOKE EXECUTE ON FUNCTION office.blockers_resolved_key(blocked_task_id text, blocker_ids text[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.blockers_resolved_key(blocked_task_id text, blocker_ids text[]) TO office_admin, office_producer, office_reader, office_worker;
 
@@ -775,7 +775,7 @@ AS $fn$
     SELECT office._on_child_generation(office._route('task', $1), $1)
 $fn$;
 COMMENT ON FUNCTION office.child_generation(parent_task_id text) IS
-    'second_precision_text(max(updated_at)) over the non-archived children of the parent (UTC); '''' if none (DOMAIN.md §2.19).';
+    'second_precision_text(max(updated_at)) over the non-archived children of the parent (UTC); '''' if none (docs/domain.md §2.19).';
 REVOKE EXECUTE ON FUNCTION office.child_generation(parent_task_id text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.child_generation(parent_task_id text) TO office_admin, office_reader;
 
@@ -798,7 +798,7 @@ AS $fn$
     SELECT office._on_child_set_key(office._route('task', $1), $1)
 $fn$;
 COMMENT ON FUNCTION office.child_set_key(parent_task_id text) IS
-    'id:STATE of the non-archived children of the parent, ordered by id (bytewise), joined with ","; '''' if none (DOMAIN.md §3.4).';
+    'id:STATE of the non-archived children of the parent, ordered by id (bytewise), joined with ","; '''' if none (docs/domain.md §3.4).';
 REVOKE EXECUTE ON FUNCTION office.child_set_key(parent_task_id text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.child_set_key(parent_task_id text) TO office_admin, office_reader;
 
@@ -954,7 +954,7 @@ BEGIN
 END
 $function$;
 COMMENT ON FUNCTION office.comment_key(comment_id text, agent_profile_id text) IS
-    'Run key of a comment''s wake of an agent: task_comment:<comment_id>:<agent_profile_id>; a run with such a key never coalesces (API.md §3). NULL in, NULL out; an empty id is 22023.';
+    'Run key of a comment''s wake of an agent: task_comment:<comment_id>:<agent_profile_id>; a run with such a key never coalesces (docs/api.md §3). NULL in, NULL out; an empty id is 22023.';
 REVOKE EXECUTE ON FUNCTION office.comment_key(comment_id text, agent_profile_id text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.comment_key(comment_id text, agent_profile_id text) TO office_admin, office_producer, office_reader, office_worker;
 
@@ -1618,7 +1618,7 @@ AS $fn$
     SELECT * FROM office._all_list_stuck_parents(0, $1, $2) ORDER BY parent_task_id COLLATE "C" LIMIT CASE WHEN $1 > 0 THEN $1 END
 $fn$;
 COMMENT ON FUNCTION office.list_stuck_parents(max_rows integer, reason text) IS
-    'Parents whose finished child wave was not delivered (every candidate condition of DOMAIN.md §2.20, applied before the LIMIT), ordered by parent id (bytewise): parent, assignee, step, child_set_key, newest_child_updated_at. Read from the parents marked since they were last found delivered, leaving out those the sweep set aside (office.poison); another reason than task_children_completed reads every open parent. Negative max_rows or empty reason 22023.';
+    'Parents whose finished child wave was not delivered (every candidate condition of docs/domain.md §2.20, applied before the LIMIT), ordered by parent id (bytewise): parent, assignee, step, child_set_key, newest_child_updated_at. Read from the parents marked since they were last found delivered, leaving out those the sweep set aside (office.poison); another reason than task_children_completed reads every open parent. Negative max_rows or empty reason 22023.';
 REVOKE EXECUTE ON FUNCTION office.list_stuck_parents(max_rows integer, reason text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.list_stuck_parents(max_rows integer, reason text) TO office_admin, office_producer, office_reader;
 
@@ -2025,7 +2025,7 @@ CREATE FUNCTION office.routine_fingerprint(title text, description text, assigne
  SET search_path TO 'pg_catalog', 'pg_temp'
 RETURN encode(substr(sha256(convert_to(((((title || '|'::text) || description) || '|'::text) || assignee), 'UTF8'::name)), 1, 16), 'hex'::text);
 COMMENT ON FUNCTION office.routine_fingerprint(title text, description text, assignee text) IS
-    'Routine dispatch fingerprint: the first 16 bytes of sha256(title|description|assignee) as 32 lowercase hex characters (DOMAIN.md §3.9). Empty texts are allowed.';
+    'Routine dispatch fingerprint: the first 16 bytes of sha256(title|description|assignee) as 32 lowercase hex characters (docs/domain.md §3.9). Empty texts are allowed.';
 REVOKE EXECUTE ON FUNCTION office.routine_fingerprint(title text, description text, assignee text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.routine_fingerprint(title text, description text, assignee text) TO office_admin, office_producer, office_reader, office_worker;
 
@@ -2071,7 +2071,7 @@ BEGIN
 END
 $function$;
 COMMENT ON FUNCTION office.routine_key(source text, routine_id text, trigger_id text, claimed_tick timestamp with time zone, routine_run_id text, explicit_key text) IS
-    'Routine wakeup key (DOMAIN.md §3.8): routine:<routine_id>:<source>:<explicit_key> for a non-empty explicit key; cron with a claimed tick routine:<routine_id>:<trigger_id>:tick:<unix seconds, floor>; manual/webhook routine:<routine_id>:run:<routine_run_id>; otherwise NULL (keyless). Never raises for an unknown source.';
+    'Routine wakeup key (docs/domain.md §3.8): routine:<routine_id>:<source>:<explicit_key> for a non-empty explicit key; cron with a claimed tick routine:<routine_id>:<trigger_id>:tick:<unix seconds, floor>; manual/webhook routine:<routine_id>:run:<routine_run_id>; otherwise NULL (keyless). Never raises for an unknown source.';
 REVOKE EXECUTE ON FUNCTION office.routine_key(source text, routine_id text, trigger_id text, claimed_tick timestamp with time zone, routine_run_id text, explicit_key text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.routine_key(source text, routine_id text, trigger_id text, claimed_tick timestamp with time zone, routine_run_id text, explicit_key text) TO office_admin, office_producer, office_reader, office_worker;
 
@@ -2191,7 +2191,7 @@ CREATE FUNCTION office.second_precision_text(ts timestamp with time zone)
  SET search_path TO 'pg_catalog', 'pg_temp'
 RETURN to_char((ts AT TIME ZONE 'UTC'::text), 'YYYY-MM-DD HH24:MI:SS'::text);
 COMMENT ON FUNCTION office.second_precision_text(ts timestamp with time zone) IS
-    'The instant as YYYY-MM-DD HH24:MI:SS in UTC (truncated to whole seconds), whatever the session TimeZone (DOMAIN.md §2.22, §3.10).';
+    'The instant as YYYY-MM-DD HH24:MI:SS in UTC (truncated to whole seconds), whatever the session TimeZone (docs/domain.md §2.22, §3.10).';
 REVOKE EXECUTE ON FUNCTION office.second_precision_text(ts timestamp with time zone) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.second_precision_text(ts timestamp with time zone) TO office_admin, office_producer, office_reader, office_worker;
 
@@ -2457,7 +2457,7 @@ BEGIN
 END
 $function$;
 COMMENT ON FUNCTION office.wake_operation_id(parent_task_id text, child_set_key text, generation text) IS
-    'Engine operation id of a children-completed wave: task_children_completed:<parent_task_id>:<sha256hex(parent \0 child ids \0 generation)>; child ids are the child_set_key items without their last ":" segment (DOMAIN.md §3.5).';
+    'Engine operation id of a children-completed wave: task_children_completed:<parent_task_id>:<sha256hex(parent \0 child ids \0 generation)>; child ids are the child_set_key items without their last ":" segment (docs/domain.md §3.5).';
 REVOKE EXECUTE ON FUNCTION office.wake_operation_id(parent_task_id text, child_set_key text, generation text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.wake_operation_id(parent_task_id text, child_set_key text, generation text) TO office_admin, office_producer, office_reader, office_worker;
 

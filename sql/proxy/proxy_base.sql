@@ -52,7 +52,7 @@ AS $$
     SELECT coalesce(pg_catalog.hashtext(workspace_id) & (office._partitions() - 1), 0)
 $$;
 COMMENT ON FUNCTION office._partition(text) IS
-    'The partition of a workspace: hashtext(workspace_id) & (partitions - 1) (API.md §8).';
+    'The partition of a workspace: hashtext(workspace_id) & (partitions - 1) (docs/api.md §8).';
 
 -- One partition per shard database: partitions naming the same connection
 -- string are one database, asked once.
@@ -97,7 +97,7 @@ COMMENT ON FUNCTION office._unreachable(text, text) IS
     'Internal: true for the error of a PL/Proxy call whose shard could not be reached (08xxx, or PL/Proxy''s XX000 connection failure, never a shard''s own error).';
 
 -- Where entities live, asked of one shard: the workspace of each id it
--- holds. The kinds are the entities API.md §8 routes by id. (Argument names
+-- holds. The kinds are the entities docs/api.md §8 routes by id. (Argument names
 -- must not match a column: PL/Proxy substitutes them into the SELECT.)
 CREATE FUNCTION office._locate(_part integer, _kind text, _eids text[])
     RETURNS TABLE(entity_id text, workspace_id text)
@@ -280,7 +280,7 @@ $$;
 COMMENT ON FUNCTION office._event_groups(bigint[]) IS
     'Internal: proxy event ids (local_id * partitions + partition) grouped by partition, as local ids.';
 
--- enqueue_runs split by shard (API.md §8): the elements grouped by the
+-- enqueue_runs split by shard (docs/api.md §8): the elements grouped by the
 -- shard of their agent's workspace (its lowest partition), in the order of
 -- each group's first element, each group's elements in element order with
 -- their ordinalities in the whole call. An element whose agent no shard

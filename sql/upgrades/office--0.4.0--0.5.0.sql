@@ -1011,7 +1011,7 @@ GRANT EXECUTE ON FUNCTION office.finish_run(text, int, text) TO office_worker, o
 -- A retryable failure goes back to the queue while retry_count is below
 -- max_retries, after a back-off of the retry_count + 1st step (the last one
 -- repeating) times a uniform factor in [0.75, 1.25], so runs that failed
--- together do not come back together (API.md §9: the defaults, 3 retries
+-- together do not come back together (docs/api.md §9: the defaults, 3 retries
 -- and {2 min, 10 min, 30 min, 2 h}, serve while no policy sets others).
 CREATE FUNCTION office.fail_run(run_id text, attempt int, error_message text,
                                 retryable boolean DEFAULT false, worker_id text DEFAULT NULL) RETURNS boolean
@@ -1077,6 +1077,147 @@ GRANT EXECUTE ON FUNCTION office.retry_run(text, int, interval, text) TO office_
 
 -- set_aside is the daemon's (its role has office_admin), not a worker's.
 REVOKE EXECUTE ON FUNCTION office.set_aside(text, text, text, text) FROM office_worker;
+
+-- === documents named in the catalog ========================================
+-- The contract and the domain notes live in the repository since 0.5.0
+-- (docs/api.md, docs/domain.md): the comments and the one function body that
+-- cite them name those paths.
+CREATE OR REPLACE FUNCTION office._tasks_terminal_effects() RETURNS trigger
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_terminal text;
+    v_blocked  text;
+    v_ids      text[];
+    v_ready    boolean;
+    v_assignee text;
+    v_key      text;
+    v_set      text;
+    v_gen      text;
+    v_msg      text;
+BEGIN
+    IF NEW.state IS NOT DISTINCT FROM OLD.state
+       OR NEW.state <> ALL (office._task_terminal_states()) THEN
+        RETURN NULL;
+    END IF;
+
+    -- (1) Close the routine run linked to the task, before anyone is woken
+    -- (a dependent routine fire must not see a stale task_created gate).
+    -- office.sync_routine_run_status is created later, by 55_routines.sql:
+    -- PL/pgSQL resolves the call when it runs. A failure there is reported,
+    -- not allowed to undo the move (docs/domain.md §2.15).
+    v_terminal := CASE NEW.state WHEN 'COMPLETED' THEN 'done'
+                                 WHEN 'FAILED' THEN 'failed'
+                                 ELSE 'cancelled' END;
+    BEGIN
+        PERFORM office.sync_routine_run_status(NEW.id, v_terminal);
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS v_msg = MESSAGE_TEXT;
+        RAISE WARNING 'sync routine run status of task % (%): %', NEW.id, v_terminal, v_msg;
+    END;
+
+    -- (2) Wake each dependent whose blockers are now all terminal (FAILED
+    -- counts). Lock, then re-read: see the header on lost wakes.
+    FOR v_blocked IN
+        SELECT b.task_id FROM office.task_blockers b
+         WHERE b.blocker_task_id = NEW.id
+         ORDER BY b.task_id COLLATE "C"
+    LOOP
+        PERFORM office._xact_lock(office._lock_key('tasks.blockers', v_blocked));
+        SELECT array_agg(b.blocker_task_id ORDER BY b.blocker_task_id COLLATE "C"),
+               bool_and(coalesce(t.state = ANY (office._task_terminal_states()), false)),
+               (SELECT d.assignee_agent_profile_id FROM office.tasks d WHERE d.id = v_blocked)
+          INTO v_ids, v_ready, v_assignee
+          FROM office.task_blockers b
+          LEFT JOIN office.tasks t ON t.id = b.blocker_task_id
+         WHERE b.task_id = v_blocked;
+        CONTINUE WHEN v_ids IS NULL OR NOT v_ready OR v_assignee IS NULL;
+        PERFORM office._wake(v_assignee, 'task_blockers_resolved',
+                             jsonb_build_object('resolved_blocker_task_id', NEW.id,
+                                                'blocker_task_ids', to_jsonb(v_ids)),
+                             office.blockers_resolved_key(v_blocked, v_ids),
+                             v_blocked);
+    END LOOP;
+
+    -- (3) Wake the parent when all its children (archived ones included) are
+    -- COMPLETED or CANCELLED: FAILED does not complete a parent. The edge
+    -- path writes no receipt. Lock the parent, then read the whole wave in
+    -- one statement.
+    IF NEW.parent_id IS NOT NULL AND NEW.state = ANY (office._task_done_states()) THEN
+        PERFORM office._xact_lock(office._lock_key('tasks.children', NEW.parent_id));
+        SELECT p.assignee_agent_profile_id, office.child_set_key(p.id), office.child_generation(p.id)
+          INTO v_assignee, v_set, v_gen
+          FROM office.tasks p
+         WHERE p.id = NEW.parent_id
+           AND p.is_office
+           AND p.archived_at IS NULL
+           AND p.assignee_agent_profile_id IS NOT NULL
+           AND NOT EXISTS (SELECT FROM office.tasks c
+                            WHERE c.parent_id = p.id AND c.state <> ALL (office._task_done_states()));
+        -- Only archived children: no wave to report (the sweep skips them too).
+        IF FOUND AND v_set <> '' THEN
+            v_key := office.wake_operation_id(NEW.parent_id, v_set, v_gen);
+            PERFORM office._wake(v_assignee, 'task_children_completed',
+                                 jsonb_build_object('child_set_key', v_set, 'child_generation', v_gen,
+                                                    'operation_id', v_key),
+                                 v_key, NEW.parent_id);
+        END IF;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+COMMENT ON FUNCTION office.assignment_key(text, text, bigint) IS
+    'Run key of an assignment occurrence: task_assigned:<task_id>:<agent_profile_id>:<generation> '
+    '(docs/domain.md §3.1). NULL in, NULL out; empty id or negative generation is 22023.';
+
+COMMENT ON FUNCTION office.comment_key(text, text) IS
+    'Run key of a comment''s wake of an agent: task_comment:<comment_id>:<agent_profile_id>; a run with '
+    'such a key never coalesces (docs/api.md §3). NULL in, NULL out; an empty id is 22023.';
+
+COMMENT ON FUNCTION office.blocker_digest(text[]) IS
+    'Lowercase hex SHA-256 of the blocker ids sorted bytewise (COLLATE "C") and joined with "," '
+    '(docs/domain.md §3.2). An empty array is the digest of the empty string; an empty or NULL '
+    'element is 22023.';
+
+COMMENT ON FUNCTION office.blockers_resolved_key(text, text[]) IS
+    'Engine operation id of a blockers-resolved wave: blockers_resolved:<blocked_task_id>:'
+    '<blocker_digest(blocker_ids)> (docs/domain.md §3.3).';
+
+COMMENT ON FUNCTION office.wake_operation_id(text, text, text) IS
+    'Engine operation id of a children-completed wave: task_children_completed:<parent_task_id>:'
+    '<sha256hex(parent \0 child ids \0 generation)>; child ids are the child_set_key items '
+    'without their last ":" segment (docs/domain.md §3.5).';
+
+COMMENT ON FUNCTION office.second_precision_text(timestamptz) IS
+    'The instant as YYYY-MM-DD HH24:MI:SS in UTC (truncated to whole seconds), whatever the '
+    'session TimeZone (docs/domain.md §2.22, §3.10).';
+
+COMMENT ON FUNCTION office.routine_fingerprint(text, text, text) IS
+    'Routine dispatch fingerprint: the first 16 bytes of sha256(title|description|assignee) as 32 '
+    'lowercase hex characters (docs/domain.md §3.9). Empty texts are allowed.';
+
+COMMENT ON FUNCTION office.routine_key(text, text, text, timestamptz, text, text) IS
+    'Routine wakeup key (docs/domain.md §3.8): routine:<routine_id>:<source>:<explicit_key> for a '
+    'non-empty explicit key; cron with a claimed tick routine:<routine_id>:<trigger_id>:tick:'
+    '<unix seconds, floor>; manual/webhook routine:<routine_id>:run:<routine_run_id>; otherwise '
+    'NULL (keyless). Never raises for an unknown source.';
+
+COMMENT ON FUNCTION office.child_set_key(text) IS
+    'id:STATE of the non-archived children of the parent, ordered by id (bytewise), joined with ","; '''' if none (docs/domain.md §3.4).';
+
+COMMENT ON FUNCTION office.child_generation(text) IS
+    'second_precision_text(max(updated_at)) over the non-archived children of the parent (UTC); '''' if none (docs/domain.md §2.19).';
+
+COMMENT ON VIEW office._parent_wake_candidates IS
+    'Internal: Office parents (not archived, not ephemeral, not COMPLETED/CANCELLED) with an assignee that accepts runs, at least one non-archived child and all non-archived children COMPLETED/CANCELLED, whose receipt is missing, for another child set key, lost its evidence (legacy) or has another child generation (docs/domain.md §2.20 rules 1-4, 6, 7).';
+
+COMMENT ON VIEW office._parent_wake_stuck IS
+    'Internal: the candidates of office._parent_wake_candidates with no task_children_completed run in flight or terminal at/after the newest child change (docs/domain.md §2.20 rule 8): the stuck parents.';
+
+COMMENT ON FUNCTION office.list_stuck_parents(int, text) IS
+    'Parents whose finished child wave was not delivered (every candidate condition of docs/domain.md §2.20, applied before the LIMIT), ordered by parent id (bytewise): parent, assignee, step, child_set_key, newest_child_updated_at. Read from the parents marked since they were last found delivered, leaving out those the sweep set aside (office.poison); another reason than task_children_completed reads every open parent. Negative max_rows or empty reason 22023.';
 
 -- === version ==================================================================
 

@@ -1,6 +1,6 @@
 """The routine and wakeup methods of Office (psycopg) and AsyncOffice
 (asyncpg): the same calls, the same pydantic results, the typed errors, and
-what they report (DOMAIN.md §4: the wakeup durable dedup on queue wakeup,
+what they report (docs/domain.md §4: the wakeup durable dedup on queue wakeup,
 the disposition of each fire, the warnings of a failed lightweight fire)."""
 
 from __future__ import annotations

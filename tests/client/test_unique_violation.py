@@ -4,7 +4,7 @@ alike (``controlplane.errors.wrap_exceptions``), from real server errors.
 * 23505 on ``idx_run_idempotency``/``idx_wakeup_idempotency`` → a
   ``DedupIndexHit`` signal, which the clients return as ``deduped``/``durable``;
 * any other 23505 (a primary key) → ``UniqueViolationError``;
-* the SQLSTATEs of API.md §7 → their typed errors, server message kept;
+* the SQLSTATEs of docs/api.md §7 → their typed errors, server message kept;
 * everything else → the driver's own error, unchanged.
 """
 

@@ -1,4 +1,4 @@
-"""Poison never stops a loop (API.md Conventions), against real PostgreSQL
+"""Poison never stops a loop (docs/api.md Conventions), against real PostgreSQL
 and a real daemon (``officectl run`` in a subprocess, as in test_daemon.py).
 
 For each loop: the worst value the API still accepts, and rows the owner

@@ -1,6 +1,6 @@
 """The outbox subscriber, the second producer of task_assigned runs
-(controlplane/event_subscriber.py; DOMAIN.md §2.12): scenarios 22-26 and 29 of
-DOMAIN.md §5, redelivery, and failing handlers. Races with assign_task and
+(controlplane/event_subscriber.py; docs/domain.md §2.12): scenarios 22-26 and 29 of
+docs/domain.md §5, redelivery, and failing handlers. Races with assign_task and
 between two subscribers are in tests/sql/test_tasks_races.py."""
 
 from __future__ import annotations

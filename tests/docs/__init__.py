@@ -1,2 +1,2 @@
 """The documents hold: README and operations examples run as written, the
-generated reference is current, API.md's contract matches the catalog."""
+generated reference is current, docs/api.md's contract matches the catalog."""

@@ -1,8 +1,8 @@
-"""The installed functions match the binding contract, read from API.md itself
-(``../shared/design/API.md`` beside the repository): every function's
-parameter names, types, order and defaults, and the leading columns of every
-result type. API.md allows more parameters (with defaults, at the end) and
-more result columns (at the end); nothing else may differ."""
+"""The installed functions match the binding contract, read from
+``docs/api.md``: every function's parameter names, types, order and
+defaults, and the leading columns of every result type. docs/api.md allows
+more parameters (with defaults, at the end) and more result columns (at the
+end); nothing else may differ."""
 
 from __future__ import annotations
 
@@ -13,9 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 
-API = Path(__file__).resolve().parents[2].parent / "shared" / "design" / "API.md"
-
-pytestmark = pytest.mark.skipif(not API.exists(), reason=f"{API} is not there")
+API = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 
 _ARG = r"[a-z_]+ [a-z\[\]]+(?: DEFAULT [^,`]+)?"
 _TYPES = {"int": "integer", "timestamptz": "timestamp with time zone", "bool": "boolean"}
@@ -24,7 +22,7 @@ _POSTGRES_BUILTINS = {"now"}
 
 
 def _signatures() -> dict[str, list[tuple[str, str, str | None]]]:
-    text = API.read_text() if API.exists() else ""
+    text = API.read_text(encoding="utf-8")
     found: dict[str, str] = {}
     one_line = re.sub(r"\s*\n\s*", " ", text)  # a signature may wrap in the prose
     for name, args in re.findall(
@@ -44,7 +42,7 @@ def _signatures() -> dict[str, list[tuple[str, str, str | None]]]:
 
 
 def _section_9_functions() -> set[str]:
-    text = API.read_text() if API.exists() else ""
+    text = API.read_text(encoding="utf-8")
     start = text.find("\n## 9.")
     if start < 0:
         return set()
@@ -62,7 +60,7 @@ def _parse(arg: str) -> tuple[str, str, str | None]:
 
 
 def _results() -> dict[str, list[tuple[str, str]]]:
-    text = API.read_text() if API.exists() else ""
+    text = API.read_text(encoding="utf-8")
     types = {}
     for name, cols in re.findall(r"office\.([a-z_]+_result)\(((?:[a-z_]+ [a-z]+(?:, )?)+)\)", text):
         types[name] = [
@@ -75,7 +73,7 @@ def _results() -> dict[str, list[tuple[str, str]]]:
 SIGNATURES = _signatures()
 RESULTS = _results()
 
-# API.md §9 (wake governance) is contract for 0.5.0 and is not built yet; its
+# docs/api.md §9 (wake governance) is contract for 0.5.0 and is not built yet; its
 # functions fail here as expected, and strictly: one that gets built passes,
 # which fails this test until it leaves the set.
 NOT_BUILT = {
@@ -102,7 +100,7 @@ def test_the_contract_was_read() -> None:
     [
         pytest.param(
             name,
-            marks=[pytest.mark.xfail(reason="API.md §9 is not built yet", strict=True)]
+            marks=[pytest.mark.xfail(reason="docs/api.md §9 is not built yet", strict=True)]
             if name in NOT_BUILT
             else [],
         )
@@ -135,7 +133,7 @@ def test_function_signature(db: psycopg.Connection[Any], name: str) -> None:
             ).fetchone()
             assert same == (True,), f"{signature}: {arg} DEFAULT {actual}, API: {api_default}"
     assert all(d is not None for d in defaults[len(expected) :]), (
-        f"{signature}: parameters beyond API.md must have defaults"
+        f"{signature}: parameters beyond docs/api.md must have defaults"
     )
 
 

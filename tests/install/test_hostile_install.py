@@ -1,5 +1,5 @@
 """Installing office into a database whose ``public`` schema an attacker
-controls (ARCHITECTURE.md principle 8; API.md Conventions).
+controls (docs/architecture.md principle 8; docs/api.md Conventions).
 
 Before office is installed, a role that may only create in ``public`` plants
 there a look-alike of every function, aggregate, operator and type that
@@ -582,7 +582,7 @@ class Caller:
 
 
 def exercise(dbname: str, warnings: Warnings) -> None:
-    """API.md §1-§6 through named notation, each call as a role granted it."""
+    """docs/api.md §1-§6 through named notation, each call as a role granted it."""
     callers = {
         role: Caller(warnings.watch(_connect(_as(user, dbname), pinned=False)))
         for role, user in USERS.items()

@@ -1,4 +1,4 @@
-"""Mixed versions (DOMAIN.md §2.23): a client against a database still at
+"""Mixed versions (docs/domain.md §2.23): a client against a database still at
 schema 0.1.0, which has no ``office.runs.entry_triggered``, and against one
 at 0.3.0, which has no ``office.runs.heartbeat_at`` (nor ``heartbeat_run``,
 ``get_run``, ``run_keys``).

@@ -1,7 +1,7 @@
 """Schema 0.1.0 -> 0.2.0: runs.entry_triggered arrives as the second version.
 
 A database created at 0.1.0 has no entry_triggered (column, parameter or
-bulk key) and enqueues fine (DOMAIN.md §5 scenario 73 at the SQL level);
+bulk key) and enqueues fine (docs/domain.md §5 scenario 73 at the SQL level);
 after ALTER EXTENSION office UPDATE (or the second yoyo migration) rows
 written before read false and stay legal coalesce targets (scenario 74) and
 the exclusion works (scenarios 69-71). The catalog equality of a fresh and an

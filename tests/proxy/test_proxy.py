@@ -1,4 +1,4 @@
-"""The office API through PL/Proxy (API.md §8, docs/scale-out.md): a proxy
+"""The office API through PL/Proxy (docs/api.md §8, docs/scale-out.md): a proxy
 database serving the shard API over two shard databases, four partitions.
 Skipped where PL/Proxy is not installed (the embedded PostgreSQL 18)."""
 

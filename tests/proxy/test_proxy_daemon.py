@@ -1,4 +1,4 @@
-"""``officectl run`` on a proxy DSN (API.md §8): the loops run on every shard
+"""``officectl run`` on a proxy DSN (docs/api.md §8): the loops run on every shard
 of office_cluster (tests/proxy/topology.py: two shards, four partitions).
 
 Daemons run as subprocesses, as in tests/daemon/test_daemon.py; the work is made on

@@ -1,4 +1,4 @@
-"""``officectl doctor`` on a proxy DSN (API.md §8): every check on every shard
+"""``officectl doctor`` on a proxy DSN (docs/api.md §8): every check on every shard
 of office_cluster, findings labelled by shard, and a problem (exit status 1)
 for a shard that is stopped or broken (tests/proxy/topology.py). Skipped
 where PL/Proxy is not installed.

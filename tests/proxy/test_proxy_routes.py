@@ -1,4 +1,4 @@
-"""The proxy's merged, event, poison and bulk routes (API.md §8,
+"""The proxy's merged, event, poison and bulk routes (docs/api.md §8,
 docs/scale-out.md) against real PL/Proxy over two shards: each answer
 compared with the direct calls on the shards it merges. Skipped where
 PL/Proxy is not installed (the embedded PostgreSQL 18)."""

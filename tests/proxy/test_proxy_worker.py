@@ -1,4 +1,4 @@
-"""``officectl worker`` on a proxy DSN (API.md §8): it claims, heartbeats and
+"""``officectl worker`` on a proxy DSN (docs/api.md §8): it claims, heartbeats and
 writes outcomes through the proxy and LISTENs for the runs' NOTIFY on every
 shard of office_cluster (tests/proxy/topology.py). Skipped where PL/Proxy is
 not installed; every wait is a bounded poll for an outcome.

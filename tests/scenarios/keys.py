@@ -14,7 +14,7 @@ from psycopg import sql
 
 VECTOR_FILE = Path(__file__).parents[1] / "vectors" / "keys.json"
 
-# API.md §1: parameter names, order and types (binding).
+# docs/api.md §1: parameter names, order and types (binding).
 SIGNATURES: dict[str, list[tuple[str, str]]] = {
     "assignment_key": [("task_id", "text"), ("agent_profile_id", "text"), ("generation", "bigint")],
     "blocker_digest": [("blocker_ids", "text[]")],

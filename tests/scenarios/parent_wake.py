@@ -103,7 +103,7 @@ def wakes(conn: Conn, parent: str | None = None) -> list[Row]:
 
 def settle(conn: Conn, parent: str | None = None, at: str = "2020-01-01 00:00:00+00") -> None:
     """Finish the parent's wake runs and date them long before the children:
-    they no longer hold it back (DOMAIN.md §2.20 rule 8)."""
+    they no longer hold it back (docs/domain.md §2.20 rule 8)."""
     conn.execute(
         "UPDATE office.runs SET status = 'finished', finished_at = now(), requested_at = %(at)s"
         " WHERE reason = %(r)s AND (%(p)s::text IS NULL OR task_id = %(p)s)",

@@ -1,5 +1,5 @@
-"""Agent profiles (API.md §2): upsert_agent, set_agent_status, id validation
-(API.md Conventions) and who may call them."""
+"""Agent profiles (docs/api.md §2): upsert_agent, set_agent_status, id validation
+(docs/api.md Conventions) and who may call them."""
 
 from __future__ import annotations
 
@@ -143,7 +143,7 @@ def test_a_producer_manages_agents_and_a_reader_cannot(db: Conn) -> None:
     ]
 
 
-# --- bounds and workspaces (API.md Conventions) ---------------------------------
+# --- bounds and workspaces (docs/api.md Conventions) ---------------------------------
 
 
 def test_a_name_over_64_kib_is_22023_and_writes_nothing(db: Conn) -> None:

@@ -1,6 +1,6 @@
-"""Blockers (API.md §2; DOMAIN.md §1.3, §2.13, §3.2-§3.3): the edge rules,
+"""Blockers (docs/api.md §2; docs/domain.md §1.3, §2.13, §3.2-§3.3): the edge rules,
 cycles, and the blockers-resolved wake of the terminal trigger - scenarios
-32-37 of DOMAIN.md §5. The concurrent-completion race is in
+32-37 of docs/domain.md §5. The concurrent-completion race is in
 test_tasks_races.py and tests/isolation/specs/tasks_blockers_race.spec."""
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ def test_edges_go_with_a_deleted_task(db: Conn) -> None:
     assert edges(db) == []
 
 
-# --- the blockers-resolved wake: DOMAIN.md §5 scenarios 32-37 -------------------------
+# --- the blockers-resolved wake: docs/domain.md §5 scenarios 32-37 -------------------------
 
 
 def test_s32_a_failed_blocker_no_longer_blocks(dependent: Conn) -> None:
@@ -269,7 +269,7 @@ def test_s37_a_new_blocker_is_a_new_wave_and_a_reopened_set_collapses(db: Conn) 
     assert resolved_keys(db) == [first, second]
 
     # Reopen and re-resolve the same set: the same key, suppressed (the
-    # documented collapse of DOMAIN.md §2.13).
+    # documented collapse of docs/domain.md §2.13).
     move(db, "B2", "IN_PROGRESS")
     move(db, "B2", "COMPLETED")
     assert resolved_keys(db) == [first, second]

@@ -1,4 +1,4 @@
-"""The transactional outbox (API.md §6): what the triggers write, and
+"""The transactional outbox (docs/api.md §6): what the triggers write, and
 claim_events / ack_events / prune_events - competing consumers, visibility,
 at-least-once, bad input."""
 
@@ -228,7 +228,7 @@ def test_bad_input_is_22023_and_claims_nothing(
     assert after == before
 
 
-# --- the actor (API.md §6) ----------------------------------------------------------------
+# --- the actor (docs/api.md §6) ----------------------------------------------------------------
 
 
 def test_the_actor_is_what_the_caller_claims_and_db_user_who_it_is(db: Conn) -> None:

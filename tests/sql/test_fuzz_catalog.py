@@ -1,13 +1,13 @@
-"""A catalog-driven fuzz of the whole API (API.md Conventions, §7): every
+"""A catalog-driven fuzz of the whole API (docs/api.md Conventions, §7): every
 public function of schema office, read from pg_proc (``_``-prefixed internals
 and trigger functions excluded), called with every parameter in turn set to
 each hostile value below (cast to the parameter's type where it parses; a
 value the type cannot represent is skipped), the other parameters valid.
 
-The call may succeed or fail, but only with a SQLSTATE of API.md §7 (a
+The call may succeed or fail, but only with a SQLSTATE of docs/api.md §7 (a
 ``23505`` must name the id, not be the raw index message), and a failed call
 leaves every office table's row count as it was. A call that succeeds must
-have stored nothing past the bounds of API.md Conventions (which would fail
+have stored nothing past the bounds of docs/api.md Conventions (which would fail
 later, in a background loop): no time outside 1970-01-01 .. 9999-12-31, no
 text over 64 KiB, no document over 1 MiB (plus what the API adds), no short
 word (:data:`SHORT_WORDS`) over 200 characters or with a control character.
@@ -36,7 +36,7 @@ from psycopg import sql
 
 Conn = psycopg.Connection[Any]
 
-#: API.md §7.
+#: docs/api.md §7.
 ALLOWED_SQLSTATES = frozenset(
     {"22023", "OFA01", "OFA02", "OFT01", "OFR01", "OFW01", "23505", "40001", "40P01"}
 )
@@ -88,7 +88,7 @@ EXTRA_BY_TYPE: dict[str, dict[str, str]] = {
     "text": {"existing task id": "T", "existing routine id": "R", "existing trigger id": "t1"},
 }
 
-#: Stored columns that hold short words (API.md Conventions).
+#: Stored columns that hold short words (docs/api.md Conventions).
 SHORT_WORDS = {
     "events": ("claimed_by",),
     "routine_runs": ("trigger_id",),

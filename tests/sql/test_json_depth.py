@@ -1,4 +1,4 @@
-"""Every jsonb the product stores nests at most 64 levels deep (API.md,
+"""Every jsonb the product stores nests at most 64 levels deep (docs/api.md,
 Conventions): the functions refuse a deeper argument with 22023 naming it,
 and rows the table owner writes directly are refused by the triggers (the
 run queue's CHECK for office.runs) with 22023 too. 0.4.0 took 3,000 levels,

@@ -1,4 +1,4 @@
-"""The key builders of API.md §1 in SQL (``office.*``) against the one shared
+"""The key builders of docs/api.md §1 in SQL (``office.*``) against the one shared
 vector file ``tests/vectors/keys.json`` (the Python side is
 ``tests/unit/test_keys.py``), their catalog entries and grants.
 

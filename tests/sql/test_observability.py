@@ -1,4 +1,4 @@
-"""Observability in SQL (API.md §6): office.dedup_stats, office.keyless_stats,
+"""Observability in SQL (docs/api.md §6): office.dedup_stats, office.keyless_stats,
 office.queue_stats, who may read them, and counting that never makes two
 enqueues wait on one counter row."""
 

@@ -1,5 +1,5 @@
-"""Parent wakes (API.md §5; DOMAIN.md §1.7, §2.19-§2.22): scenarios 57-68
-and 75 of DOMAIN.md §5 as outcomes returned by SQL and by both clients, the
+"""Parent wakes (docs/api.md §5; docs/domain.md §1.7, §2.19-§2.22): scenarios 57-68
+and 75 of docs/domain.md §5 as outcomes returned by SQL and by both clients, the
 marks that keep the sweep's cost to the touched parents, bad input and roles.
 The races are in test_parent_wake_races.py, the property test in
 test_parent_wake_property.py.
@@ -503,7 +503,7 @@ def test_reconcile_bad_input(db: Conn) -> None:
 
 
 def family(db: Conn, assignee_status: str = "idle") -> None:
-    """parent-1 (assigned to agent-P) with child-a and child-b (DOMAIN.md §3.5)."""
+    """parent-1 (assigned to agent-P) with child-a and child-b (docs/domain.md §3.5)."""
     agent(db, "agent-P", status=assignee_status)
     create(db, "parent-1", assignee_agent_profile_id="agent-P")
     create(db, "child-a", parent_id="parent-1")

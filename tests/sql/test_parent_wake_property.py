@@ -5,7 +5,7 @@ runs and sweeps on a small tree (two parents, three children each).
 Time is logical: operation n happens at base + n seconds, written explicitly
 into updated_at, and each run is re-dated to the second of the operation that
 created it. So no two operations share a second and the second-precision
-masking of DOMAIN.md §2.20 ("Known limitation") never applies: the property
+masking of docs/domain.md §2.20 ("Known limitation") never applies: the property
 is about the logic.
 
 Checked after every operation: list_stuck_parents (which reads the marks) is
@@ -16,7 +16,7 @@ at least one live child and all live children COMPLETED/CANCELLED) has exactly
 one run keyed with its current wave - unless the wave became current by
 archiving the child whose change was the newest: then the generation (over
 live children only) went back in time, and a run requested after it (for the
-previous wave) is, by DOMAIN.md §2.20 rule 8, a delivery at or after the
+previous wave) is, by docs/domain.md §2.20 rule 8, a delivery at or after the
 newest child change. That case is asserted to be the only exception.
 """
 

@@ -1,5 +1,5 @@
-"""Routines in SQL (API.md §4; DOMAIN.md §1.6, §2.16-§2.17, §3.8-§3.9):
-scenarios 38-49 and 55 of DOMAIN.md §5 as outcomes returned by SQL, template
+"""Routines in SQL (docs/api.md §4; docs/domain.md §1.6, §2.16-§2.17, §3.8-§3.9):
+scenarios 38-49 and 55 of docs/domain.md §5 as outcomes returned by SQL, template
 rendering, the cron claim, bad input (nothing written) and roles. The wakeup
 scenarios (50-54, 56) are in test_wakeups.py, the races in
 test_routines_races.py, the clients in tests/client/test_routines_client.py.
@@ -68,7 +68,7 @@ def test_create_routine_stores_the_routine(db: Conn) -> None:
 def test_the_fingerprint_is_that_of_the_rendered_template(heavy: Conn) -> None:
     result = fire(heavy)
     row = run(heavy, result["routine_run_id"])
-    # DOMAIN.md §3.9 vector: the rendered title/description and the assignee.
+    # docs/domain.md §3.9 vector: the rendered title/description and the assignee.
     assert row["dispatch_fingerprint"] == "2f96d53a31daff926bd991baa67fc4d2"
     assert row["dispatch_fingerprint"] == keys.routine_fingerprint(
         "Daily Check - 2026-01-01", "Run for 2026-01-01", "agent-1"
@@ -573,7 +573,7 @@ def test_catch_up_values_are_recorded_and_carried(light: Conn) -> None:
         ({"task_template": '{"title": 5}'}, "task_template title must be a JSON string"),
         ({"variables": '{"a": 1}'}, "variable 'a' must be an identifier"),
         ({"variables": '{"a-b": {}}'}, "variable 'a-b' must be an identifier"),
-        # Bounds on what is stored (API.md Conventions).
+        # Bounds on what is stored (docs/api.md Conventions).
         ({"name": "n" * 65537}, "name is 65537 bytes, more than 64 KiB"),
         (
             {"task_template": json.dumps({"title": "t" * 65537})},
@@ -744,7 +744,7 @@ def test_roles_reach_routines_through_functions_only(heavy: Conn) -> None:
         heavy.execute("RESET ROLE")
 
 
-# --- explicit ids, time bounds, workspaces (API.md Conventions) ---------------------------------
+# --- explicit ids, time bounds, workspaces (docs/api.md Conventions) ---
 
 
 def test_an_explicit_id_that_exists_is_23505_naming_it(light: Conn) -> None:

@@ -1,4 +1,4 @@
-"""enqueue_runs gives what as many enqueue_run calls give (API.md §3: elements
+"""enqueue_runs gives what as many enqueue_run calls give (docs/api.md §3: elements
 applied in order, each seeing the ones before it). The bulk call does the
 common case set-based and the rest element by element (sql/30_runs.sql); these
 tests run the same requests both ways, on the same starting state, and compare

@@ -1,4 +1,4 @@
-"""claim_run under load and under races (API.md §3, since 0.4.0): 0 or 1
+"""claim_run under load and under races (docs/api.md §3, since 0.4.0): 0 or 1
 row, never an exception caused by another claimer, never two claimed runs of
 one agent, agents that do not accept runs skipped, and a cost that does not
 grow with the backlog of agents that already hold a claim (the plans are

@@ -1,4 +1,4 @@
-"""office.enqueue_run and office.enqueue_runs (API.md §3): DOMAIN.md §5
+"""office.enqueue_run and office.enqueue_runs (docs/api.md §3): docs/domain.md §5
 scenarios 1-15 and 69-74 as outcomes returned by SQL, the windows as settings,
 bad input, NOTIFY and roles. "Aged" rows get their requested_at moved back."""
 
@@ -299,7 +299,7 @@ def test_s07_the_target_keeps_its_key_and_the_incoming_key_is_recorded(
     db: Conn, agent: str
 ) -> None:
     # 0.3.0 dropped the incoming key, so a redelivery after the window made a
-    # second run; since 0.4.0 the target serves it (API.md §3, step 3).
+    # second run; since 0.4.0 the target serves it (docs/api.md §3, step 3).
     _, _, target = enqueue(db, agent, "task_assigned", idempotency_key="K1")
     assert enqueue(db, agent, "task_assigned", idempotency_key="K2") == ("coalesced", None, target)
     assert run(db, target)["idempotency_key"] == "K1"
@@ -351,7 +351,7 @@ def test_s10_assignment_coalescing_is_task_scoped(db: Conn, agent: str) -> None:
 def test_s10_every_reason_is_task_scoped_and_no_task_only_joins_no_task(
     db: Conn, agent: str
 ) -> None:
-    # Stricter than the original (API.md §3 step 3): all reasons, both ways.
+    # Stricter than the original (docs/api.md §3 step 3): all reasons, both ways.
     _, _, on_t1 = enqueue(db, agent, "task_comment", task_id="T1")
     assert enqueue(db, agent, "task_comment", task_id="T2")[0] == "queued"
     outcome, _, taskless = enqueue(db, agent, "task_comment")
@@ -581,7 +581,7 @@ BAD_INPUT: list[tuple[str, dict[str, Any], str]] = [
     ("513-character key", {"idempotency_key": "k" * 513}, "22023"),
     ("unknown keyless cause", {"keyless_cause": "lazy"}, "22023"),
     ("cause with a key", {"keyless_cause": "unresolved", "idempotency_key": "K"}, "22023"),
-    # Bounds (API.md Conventions, since 0.4.0).
+    # Bounds (docs/api.md Conventions, since 0.4.0).
     ("201-character reason", {"reason": "r" * 201}, "22023"),
     ("reason with a control character", {"reason": "task\tassigned"}, "22023"),
     ("201-character task_id", {"task_id": "t" * 201}, "22023"),

@@ -1,9 +1,9 @@
-"""The outcome calls fenced by the worker (API.md §3, since 0.5.0): with a
+"""The outcome calls fenced by the worker (docs/api.md §3, since 0.5.0): with a
 worker_id, heartbeat_run, finish_run, fail_run and retry_run also require
 claimed_by = worker_id, so a worker that read another's attempt (get_run
 shows it to every worker) cannot act on its run; without one, the attempt
 alone fences, as before. fail_run(..., retryable => true) re-queues with a
-jittered back-off while retries are left (API.md §9, with its defaults).
+jittered back-off while retries are left (docs/api.md §9, with its defaults).
 set_aside is the daemon's, not a worker's."""
 
 from __future__ import annotations

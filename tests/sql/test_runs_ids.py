@@ -1,5 +1,5 @@
 """Generated ids are time-ordered UUIDs, RFC 9562 version 7, in text form
-(API.md, Conventions, since 0.4.0): runs, wakeup requests, routine runs, and
+(docs/api.md, Conventions, since 0.4.0): runs, wakeup requests, routine runs, and
 agents, tasks, routines and triggers created without an id. The upgrade
 leaves the ids of existing rows alone."""
 

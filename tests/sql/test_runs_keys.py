@@ -1,4 +1,4 @@
-"""Remembered keys (API.md §3, since 0.4.0): a key absorbed by a coalesce is
+"""Remembered keys (docs/api.md §3, since 0.4.0): a key absorbed by a coalesce is
 served by the run it coalesced into, so its redelivery is a dedup onto that
 run, never a second run; a key is served by at most one run under any
 concurrency; run_keys lists what a run serves. Issue 11, points 1, 3 and 4."""

@@ -1,5 +1,5 @@
-"""Claim, finish, fail, retry, cancel, recover and prune (API.md §3,
-DOMAIN.md §2.7), on one connection; the concurrent cases are in
+"""Claim, finish, fail, retry, cancel, recover and prune (docs/api.md §3,
+docs/domain.md §2.7), on one connection; the concurrent cases are in
 test_runs_races.py."""
 
 from __future__ import annotations
@@ -358,7 +358,7 @@ def test_prune_refuses_a_bad_interval(db: Conn, older_than: str | None) -> None:
 
 
 # ---------------------------------------------------------------------------
-# Bounds (API.md Conventions, since 0.4.0): 22023 naming the argument, nothing written
+# Bounds (docs/api.md Conventions, since 0.4.0): 22023 naming the argument, nothing written
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The wake-up signal for workers (API.md §3, since 0.4.0): NOTIFY
+"""The wake-up signal for workers (docs/api.md §3, since 0.4.0): NOTIFY
 office_runs with the agent id, as the setting office.notify says: edge (the
 default: only when the agent has no claimed run and no other claimable queued
 run), every (on, the 0.3.0 spelling), off; another value is 22023 naming the

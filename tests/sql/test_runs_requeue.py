@@ -1,4 +1,4 @@
-"""requeue_run, requeue_runs and cancel_runs (API.md §3, since 0.5.0): a
+"""requeue_run, requeue_runs and cancel_runs (docs/api.md §3, since 0.5.0): a
 failed or cancelled run back to queued in place (its key still served by it,
 claimable and signalled like a new run), the bulk forms in one statement
 locking runs in id order, and cancel_runs racing claims. The interleaving of

@@ -1,5 +1,5 @@
-"""Tasks and assignment generations (API.md §2; DOMAIN.md §2.8-§2.12):
-scenarios 16-21 and 27-31 of DOMAIN.md §5 as outcomes returned by SQL, the
+"""Tasks and assignment generations (docs/api.md §2; docs/domain.md §2.8-§2.12):
+scenarios 16-21 and 27-31 of docs/domain.md §5 as outcomes returned by SQL, the
 create path, the readers, bad input and roles. The event-subscriber scenarios
 (22-26, 29) are in tests/daemon/test_subscriber.py, the races in test_tasks_races.py.
 
@@ -123,7 +123,7 @@ def test_create_with_a_paused_assignee_commits_the_task_and_skips_the_run(db: Co
     assert task(db, "T1")["assignee_agent_profile_id"] == "A"
 
 
-# --- assign: DOMAIN.md §5 scenarios 16-21, 27, 31 ---------------------------------
+# --- assign: docs/domain.md §5 scenarios 16-21, 27, 31 ---------------------------------
 
 
 def test_s16_a_b_a_past_the_window_gives_three_keys_and_three_queued_runs(db: Conn) -> None:
@@ -409,7 +409,7 @@ BAD_CALLS: list[tuple[str, str, dict[str, Any]]] = [
     ("OFT01", "create_task", {"workspace_id": "w1", "parent_id": "nope"}),
     ("OFA01", "create_task", {"workspace_id": "w1", "assignee_agent_profile_id": "ghost"}),
     ("23505", "create_task", {"workspace_id": "w1", "id": "T"}),
-    # Bounds on what is stored (API.md Conventions).
+    # Bounds on what is stored (docs/api.md Conventions).
     ("22023", "create_task", {"workspace_id": "w1", "title": "x" * 65537}),
     ("22023", "create_task", {"workspace_id": "w1", "title": "é" * 32769}),
     ("22023", "create_task", {"workspace_id": "w1", "workflow_step_id": "s" * 201}),
@@ -555,7 +555,7 @@ def test_a_producer_role_can_drive_tasks_without_table_privileges(db: Conn) -> N
         db.execute("DROP ROLE office_test_producer_login")
 
 
-# --- workspaces do not mix, through plain SQL (API.md Conventions) ------------------------
+# --- workspaces do not mix, through plain SQL (docs/api.md Conventions) ------------------------
 
 
 def test_plain_sql_cannot_cross_workspaces(populated: Conn) -> None:

@@ -1,5 +1,5 @@
 """The triggers hold for a client that knows no office function: every
-effect of API.md §2 and §6 driven by plain INSERT and UPDATE statements,
+effect of docs/api.md §2 and §6 driven by plain INSERT and UPDATE statements,
 run by psql itself. The generation bumps, the outbox, the blockers and
 children wakes happen in SQL; the task_assigned runs then come from the
 outbox subscriber (the second producer)."""

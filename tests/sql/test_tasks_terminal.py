@@ -1,6 +1,6 @@
-"""The terminal effects of a state change (API.md §2; DOMAIN.md §2.15, §2.19):
+"""The terminal effects of a state change (docs/api.md §2; docs/domain.md §2.15, §2.19):
 the routine sync first (scenario 49), then the dependents, then the parent's
-children-completed wake with the key of §3.5; the child-set readers of API.md
+children-completed wake with the key of §3.5; the child-set readers of docs/api.md
 §5 (scenario 67)."""
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def test_a_reopened_and_recompleted_child_is_a_new_wave(family: Conn) -> None:
 
 def test_the_same_wave_twice_is_one_run(family: Conn) -> None:
     # Terminal-to-terminal edit inside the same second: states are stripped
-    # from the key (DOMAIN.md §5 scenario 66), so the wave is the same.
+    # from the key (docs/domain.md §5 scenario 66), so the wave is the same.
     set_state_at(family, "child-a", "COMPLETED", "2026-01-01 00:05:00+00")
     set_state_at(family, "child-b", "COMPLETED", "2026-01-01 00:10:00+00")
     set_state_at(family, "child-b", "CANCELLED", "2026-01-01 00:10:00.5+00")

@@ -1,5 +1,5 @@
-"""Wakeup requests in SQL (API.md §4; DOMAIN.md §1.5, §2.16 lightweight
-materialise, §2.18): scenarios 50-54 and 56 of DOMAIN.md §5 as outcomes
+"""Wakeup requests in SQL (docs/api.md §4; docs/domain.md §1.5, §2.16 lightweight
+materialise, §2.18): scenarios 50-54 and 56 of docs/domain.md §5 as outcomes
 returned by SQL, plus request/dispatch/fail on their own and bad input."""
 
 from __future__ import annotations

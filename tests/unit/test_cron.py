@@ -1,4 +1,4 @@
-"""Cron ticks and catch-up (controlplane.cron; DOMAIN.md §6 item 21): next
+"""Cron ticks and catch-up (controlplane.cron; docs/domain.md §6 item 21): next
 ticks in a time zone across DST changes, the skip_missed and
 enqueue_missed_with_cap policies, computed without a database. The loop's step
 against a real one is ``tests/daemon/test_cron_loop.py``."""

@@ -1,5 +1,5 @@
-"""The key builders of API.md §1 in Python (``controlplane.keys``) against
-the one shared vector file ``tests/vectors/keys.json`` (DOMAIN.md §3 vectors
+"""The key builders of docs/api.md §1 in Python (``controlplane.keys``) against
+the one shared vector file ``tests/vectors/keys.json`` (docs/domain.md §3 vectors
 plus edge cases), which the SQL builders meet too (``tests/sql/test_keys_sql.py``).
 """
 

@@ -8,7 +8,7 @@ from controlplane.client.queries import Query
 
 # The SQL a client builds itself runs on the caller's search_path, which may
 # put a schema someone else controls first: it names pg_catalog for every
-# function and operator (ARCHITECTURE.md, principle 8). pg_attribute, not
+# function and operator (docs/architecture.md, principle 8). pg_attribute, not
 # information_schema.columns: the latter hides the columns of a table the
 # role has no privilege on, and no office role may read office.runs directly.
 PROBE_RUNS_COLUMN = Query(

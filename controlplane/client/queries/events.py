@@ -1,4 +1,4 @@
-"""The statements of the outbox (:mod:`controlplane.client.events`; API.md §6)."""
+"""The statements of the outbox (:mod:`controlplane.client.events`; docs/api.md §6)."""
 
 from __future__ import annotations
 

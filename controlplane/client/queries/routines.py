@@ -1,5 +1,5 @@
 """The statements of routines and wakeup requests
-(:mod:`controlplane.client.routines`; API.md §4)."""
+(:mod:`controlplane.client.routines`; docs/api.md §4)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The statements of the run queue, the agents and the schema version
-(:mod:`controlplane.client.runs`; API.md §2-§3), and the bulk fallback's
+(:mod:`controlplane.client.runs`; docs/api.md §2-§3), and the bulk fallback's
 transaction."""
 
 from __future__ import annotations

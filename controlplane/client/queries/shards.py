@@ -3,7 +3,7 @@
 in the same form, read from the catalog of the database a DSN names.
 
 A proxy database is one with the ``office_proxy`` extension; its shards are
-the partitions of server ``office_cluster`` (API.md §8), reached as the user
+the partitions of server ``office_cluster`` (docs/api.md §8), reached as the user
 (and with the password) of the user mapping PL/Proxy itself would use: the
 current user's, else PUBLIC's. ``pg_user_mappings`` shows a mapping's options
 only to its user and to the server's owner, so a role that cannot see them

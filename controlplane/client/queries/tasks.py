@@ -1,5 +1,5 @@
 """The statements of tasks and parent wakes (:mod:`controlplane.client.tasks`;
-API.md §2, §5)."""
+docs/api.md §2, §5)."""
 
 from __future__ import annotations
 
