@@ -23,7 +23,7 @@ import psycopg
 from psycopg import conninfo, sql
 
 from bench.common import bench_parser, machine_line, publish, run_sync
-from controlplane import cluster
+from controlplane.scaleout import cluster
 
 PARTITION_COUNTS = (2, 4)
 CONNECTIONS = (1, 4)

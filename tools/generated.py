@@ -7,7 +7,7 @@ Each file has one generator, the same function its test uses:
 
 - ``docs/reference.md``: :func:`tools.reference.render` of a fresh install
   (``tests/docs/test_reference.py``);
-- ``sql/proxy/office_proxy--<version>.sql``: :func:`controlplane.proxy.generate`
+- ``sql/proxy/office_proxy--<version>.sql``: :func:`controlplane.scaleout.proxy.generate`
   of a shard's catalog, here a fresh install (``tests/proxy/test_proxy.py`` compares
   it with the shards of its topology, where PL/Proxy is installed);
 - ``sql/native/constants.h``: :func:`tools.native_constants.render`, the
@@ -31,7 +31,8 @@ from typing import Any
 import click
 import psycopg
 
-from controlplane import proxy, schema
+from controlplane import schema
+from controlplane.scaleout import proxy
 from tools import native_constants, reference
 
 ROOT = Path(__file__).resolve().parents[1]

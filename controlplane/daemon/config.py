@@ -9,7 +9,7 @@ import socket
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from controlplane.shards import Database
+from controlplane.scaleout.shards import Database
 
 __all__ = [
     "LOOP_NAMES",
@@ -120,7 +120,7 @@ class DaemonConfig:
     #: the others, rather than stall behind it.
     lock_timeout: float = 5.0
     #: The databases the loops run on: empty for ``dsn``'s own (``run_forever``
-    #: fills in the shards when ``dsn`` is a proxy, :mod:`controlplane.shards`).
+    #: fills in the shards when ``dsn`` is a proxy, :mod:`controlplane.scaleout.shards`).
     databases: tuple[Database, ...] = ()
 
     def __post_init__(self) -> None:

@@ -7,7 +7,7 @@ sleeps its interval. A failing iteration is logged and the loop backs off
 (doubling, with jitter, up to ``max_backoff``); it never ends the process. A
 lost database connection is logged once by :class:`DatabaseHealth` (and its
 return once), whichever loop notices first. On a proxy DSN each shard has its
-loops, its health and its metrics (:mod:`controlplane.shards`): a loop
+loops, its health and its metrics (:mod:`controlplane.scaleout.shards`): a loop
 knows its ``shard``, names it in its thread and its logs, and a shard that
 is away fails only its own loops.
 

@@ -40,7 +40,7 @@ Gauges read from the database every ``stats_interval``:
   it. Durable dedup is normal (a late redelivery lands there); it is not an
   anomaly to alert on.
 
-On a proxy DSN (the loops run on every shard, :mod:`controlplane.shards`)
+On a proxy DSN (the loops run on every shard, :mod:`controlplane.scaleout.shards`)
 each shard's loops and clients count in a registry of their own, and
 :class:`ShardMetrics` serves all of them with a ``shard`` label added: the
 same names, one series per shard (a gauge of one shard never overwrites

@@ -9,7 +9,7 @@ what it handled, so no claimed event is left hidden) and the process exits
 demo does).
 
 On a proxy DSN (docs/api.md §8) the loops run on every shard of server
-``office_cluster`` (:mod:`controlplane.shards`): one pool, one set of loops,
+``office_cluster`` (:mod:`controlplane.scaleout.shards`): one pool, one set of loops,
 one health and one metrics registry per shard, each loop named
 ``<loop>@<shard>`` and its logs and series labelled ``shard``. A shard that
 is away fails and backs off its own loops only, and they converge when it
@@ -40,7 +40,6 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool
 
-from controlplane import shards
 from controlplane.client import Office
 from controlplane.daemon.config import DaemonConfig
 from controlplane.daemon.cron import CronLoop
@@ -53,7 +52,8 @@ from controlplane.daemon.sweep import SweepLoop
 from controlplane.daemon.wakeups import WakeupLoop
 from controlplane.metrics_registry import serve_metrics
 from controlplane.observability import metrics_for, parent_wake_metrics_for, routine_run_counter
-from controlplane.shards import Database
+from controlplane.scaleout import shards
+from controlplane.scaleout.shards import Database
 
 __all__ = ["Daemon", "Target"]
 
@@ -233,7 +233,7 @@ class Daemon:
                 signal.signal(sig, handler)
 
     def _resolve(self) -> bool:
-        """Find the databases to work on (:func:`controlplane.shards.resolve`):
+        """Find the databases to work on (:func:`controlplane.scaleout.shards.resolve`):
         the DSN's own, or every shard of a proxy. A DSN that does not answer
         yet is asked again with backoff; False when stopped meanwhile."""
         streak = 0

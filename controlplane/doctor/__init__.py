@@ -26,7 +26,7 @@ Checks:
   them (``office.poison``), one warning each, with the error and how to
   release the row once repaired.
 
-On a proxy DSN (:mod:`controlplane.shards`) every check runs on each shard,
+On a proxy DSN (:mod:`controlplane.scaleout.shards`) every check runs on each shard,
 its findings labelled with the shard, and the ``cluster`` check adds a
 problem for a shard that cannot be reached and for shards (or the proxy) on
 different versions (:mod:`controlplane.doctor.cluster`).
@@ -39,7 +39,6 @@ from typing import Any
 
 import psycopg
 
-from controlplane import shards
 from controlplane.client.queries import doctor as q
 from controlplane.doctor.cluster import Connect, check_cluster
 from controlplane.doctor.findings import Finding, Status, one
@@ -57,6 +56,7 @@ from controlplane.doctor.runtime import (
     check_settings,
     check_workspaces,
 )
+from controlplane.scaleout import shards
 
 __all__ = ["CHECKS", "Finding", "Status", "examine", "healthy", "run_checks"]
 

@@ -14,7 +14,7 @@ from controlplane import schema
 from controlplane.client.queries import doctor as q
 from controlplane.client.queries.runs import SCHEMA_VERSION
 from controlplane.doctor.findings import Finding, Status, one
-from controlplane.shards import Database, Topology
+from controlplane.scaleout.shards import Database, Topology
 
 __all__ = ["check_cluster"]
 

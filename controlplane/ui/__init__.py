@@ -1,6 +1,6 @@
 """``officectl ui``: the operator's dashboard (the ``ui`` extra).
 
-:func:`create_app` builds the Starlette application; ``controlplane.cli_ui``
+:func:`create_app` builds the Starlette application; ``controlplane.cli.ui``
 serves it with uvicorn.
 """
 

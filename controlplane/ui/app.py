@@ -34,7 +34,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from controlplane.cli_base import describe
+from controlplane.cli.base import describe
 from controlplane.client import Office
 from controlplane.client.queries.dashboard import DASHBOARD_STATEMENT_TIMEOUT
 from controlplane.errors import OfficeError

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import psycopg
 from pydantic import BaseModel, ConfigDict
 
-from controlplane.cli_base import describe
+from controlplane.cli.base import describe
 from controlplane.client import Office
 from controlplane.client.queries import Query
 from controlplane.client.queries import dashboard as dq

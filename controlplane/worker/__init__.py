@@ -5,7 +5,7 @@ cleanly (docs/api.md §3).
 ``Worker(office, handler)`` (threads, psycopg) and
 ``AsyncWorker(async_office, async_handler)`` (asyncio, asyncpg) share every
 decision; only the I/O differs. ``officectl worker`` is a thin wrapper over
-them (:mod:`controlplane.cli_worker`).
+them (:mod:`controlplane.cli.worker`).
 
 * **Claims.** Up to ``concurrency`` handlers run at once, each on a run of a
   different agent (``claim_run`` hands out at most one claimed run per
@@ -17,7 +17,7 @@ them (:mod:`controlplane.cli_worker`).
   LISTEN connection falls back to polling and reconnects with backoff.
   On a proxy DSN (docs/api.md §8) the claims and every write still go through
   the proxy, and the worker LISTENs on every shard of ``office_cluster``
-  (:mod:`controlplane.shards`; a proxy relays no NOTIFY), one connection
+  (:mod:`controlplane.scaleout.shards`; a proxy relays no NOTIFY), one connection
   each, a shard's loss logged for that shard (docs/scale-out.md says why).
 * **Heartbeats.** Every ``heartbeat`` seconds, ``heartbeat_run(id, attempt)``
   for each run in flight, on a connection of the worker's own (a slow
@@ -50,7 +50,7 @@ returned), ``office_worker_handler_seconds``,
 
 from __future__ import annotations
 
-from controlplane.worker.async_worker import AsyncWorker
+from controlplane.worker.aio import AsyncWorker
 from controlplane.worker.core import CHANNEL, default_worker_id
 from controlplane.worker.handler import (
     HandlerError,

@@ -15,11 +15,11 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from controlplane import shards
 from controlplane.client import Office, drive, perform_psycopg
 from controlplane.daemon.logs import set_shard
 from controlplane.daemon.loop import DatabaseHealth
 from controlplane.models import Run
+from controlplane.scaleout import shards
 from controlplane.worker.core import (
     _VERB,
     CHANNEL,

@@ -1,6 +1,6 @@
 -- office_proxy: the routing core, written by hand. The public functions that
 -- follow it in office_proxy--<version>.sql are generated from a shard's
--- catalog by controlplane/proxy.py (python -m controlplane.proxy), so their
+-- catalog by controlplane/scaleout/proxy.py (python -m controlplane.scaleout.proxy), so their
 -- names, parameters, defaults, result types, comments and grants are the
 -- shard's. Routing and merging are explained in docs/scale-out.md.
 \echo Use "CREATE EXTENSION office_proxy CASCADE" to load this file. \quit

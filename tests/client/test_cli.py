@@ -20,7 +20,7 @@ import psycopg
 import pytest
 
 from controlplane import schema
-from controlplane.cli_base import libpq_dsn
+from controlplane.cli.base import libpq_dsn
 
 OFFICECTL = str(Path(sys.executable).with_name("officectl"))
 

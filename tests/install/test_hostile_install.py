@@ -45,8 +45,8 @@ from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from controlplane import cli
 from controlplane.aio import AsyncOffice
+from controlplane.cli.main import main as officectl
 from controlplane.client import Office
 from controlplane.migrate import migrate
 from controlplane.observability import DEDUP_LOGGER
@@ -625,7 +625,7 @@ def exercise_clients(dbname: str) -> None:
             (_superuser(dbname), ["events", "tail"]),  # reads office.events itself
             (producer, ["sweep"]),
         ):
-            result = runner.invoke(cli.main, ["--dsn", url, *args], catch_exceptions=False)
+            result = runner.invoke(officectl, ["--dsn", url, *args], catch_exceptions=False)
             assert result.exit_code == 0, (args, result.output)
     finally:
         dedup.setLevel(level)
@@ -916,8 +916,8 @@ def test_nothing_planted_in_public_runs_or_is_bound(
 
 
 def test_the_released_0_3_0_binds_and_runs_what_was_planted(hostile_database: str) -> None:
-    # The control: 0.3.0 installed the same way binds look-alikes (the two of
-    # issue 10), and one runs when a producer calls the key builder.
+    # The control: 0.3.0 installed the same way binds look-alikes (the two
+    # planted here), and one runs when a producer calls the key builder.
     _run(_superuser(hostile_database), "CREATE EXTENSION office VERSION '0.3.0'")
     bound = planted_bindings(hostile_database)
     assert any("routine_fingerprint" in line for line in bound), bound

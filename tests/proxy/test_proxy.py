@@ -10,8 +10,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from controlplane import proxy as proxy_sql
 from controlplane import schema
+from controlplane.scaleout import proxy as proxy_sql
 from tests import harness
 from tests.proxy.topology import PARTITIONS, Topology, plproxy_missing
 
@@ -68,7 +68,7 @@ def test_the_committed_proxy_script_is_generated_from_the_shard_api(topo: Topolo
     committed = schema.sql_dir() / "proxy" / f"office_proxy--{schema.current_version()}.sql"
     with psycopg.connect(topo.shards[0]) as shard:
         assert proxy_sql.generate(shard) == committed.read_text(encoding="utf-8"), (
-            "regenerate: python -m controlplane.proxy SHARD_DSN > " + str(committed)
+            "regenerate: python -m controlplane.scaleout.proxy SHARD_DSN > " + str(committed)
         )
         names = {row[0] for row in shard.execute(_SIGNATURES)}
     assert set(proxy_sql.ROUTES) == names, "ROUTES names a function the shard does not have"

@@ -12,9 +12,9 @@ import pytest
 from click.testing import CliRunner
 from psycopg.conninfo import conninfo_to_dict
 
-from controlplane import cluster
-from controlplane import shards as shard_topology
-from controlplane.cli import main
+from controlplane.cli.main import main
+from controlplane.scaleout import cluster
+from controlplane.scaleout import shards as shard_topology
 from tests import harness
 from tests.proxy.topology import _create_database, _drop_database, _local, plproxy_missing
 

@@ -18,8 +18,8 @@ from click.testing import CliRunner
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
-from controlplane import cluster, partition_move
-from controlplane.cli import main
+from controlplane.cli.main import main
+from controlplane.scaleout import cluster, partition_move
 from tests import harness
 from tests.proxy.topology import (
     PARTITIONS,

@@ -1,6 +1,6 @@
-"""No control-plane module over 500 lines (issue 12: a module a new engineer
+"""No control-plane module over 500 lines (a module a new engineer
 reads in one sitting; past that a module holds more than one capability and
-is split by capability, as client/queries/ and proxy_*.py were). Pure
+is split by capability, as client/queries/ and scaleout/proxy_*.py are). Pure
 Python, no server."""
 
 from __future__ import annotations

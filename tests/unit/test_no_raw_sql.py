@@ -28,21 +28,21 @@ STATEMENT = re.compile(r"\s*(SELECT|INSERT|UPDATE|DELETE|WITH|CALL)\b")
 ALLOWED = {
     # Session set-up of officectl's connections and the function probes of
     # its commands (``to_regprocedure``), before any client exists.
-    "cli_base.py": "session set-up and function probes",
+    "cli/base.py": "session set-up and function probes",
     # Shard set-up of a cluster: extensions, foreign servers, user mappings.
-    "cluster.py": "shard set-up",
+    "scaleout/cluster.py": "shard set-up",
     # ``officectl cluster move``: copying a partition's rows between shards.
-    "partition_move.py": "a partition's rows copied between shards",
+    "scaleout/partition_move.py": "a partition's rows copied between shards",
     # Its fence: the sessions that could still write the partition, ended.
-    "partition_fence.py": "a moved partition's source fenced",
+    "scaleout/partition_fence.py": "a moved partition's source fenced",
     # ``officectl db``: creating the embedded database and its extension.
     "embedded.py": "embedded database set-up",
     # yoyo's connection set-up and the extension-or-migrations decision.
     "migrate.py": "schema migration",
     # The proxy script's generator: it reads a shard's catalog and writes
     # SQL text (the PL/Proxy functions), which is its product.
-    "proxy.py": "the proxy script's generator",
-    "proxy_wrappers.py": "the proxy script's generator: one wrapper's SQL",
+    "scaleout/proxy.py": "the proxy script's generator",
+    "scaleout/proxy_wrappers.py": "the proxy script's generator: one wrapper's SQL",
 }
 
 

@@ -1,4 +1,4 @@
-"""``controlplane.shards`` without a server: the shard databases read from
+"""``controlplane.scaleout.shards`` without a server: the shard databases read from
 server office_cluster's options and user mapping, their labels, and the
 masking of passwords (the proxy tests run it against PL/Proxy)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from controlplane import shards
+from controlplane.scaleout import shards
 
 
 def test_partitions_naming_one_connection_string_are_one_database() -> None:

@@ -1,4 +1,4 @@
-"""``officectl stats`` and ``events tail`` (:mod:`controlplane.cli_observe`).
+"""``officectl stats`` and ``events tail`` (:mod:`controlplane.cli.observe`).
 
 Read only: the tail reads office.events by id and never claims or
 acknowledges anything."""

@@ -1,5 +1,5 @@
 """The statements that tell which databases the background work runs on
-(:mod:`controlplane.shards`), one module of :mod:`controlplane.client.queries`
+(:mod:`controlplane.scaleout.shards`), one module of :mod:`controlplane.client.queries`
 in the same form, read from the catalog of the database a DSN names.
 
 A proxy database is one with the ``office_proxy`` extension; its shards are

@@ -1,8 +1,8 @@
 """What every ``officectl`` command shares: the database the group was given,
 one-line errors, and output as rich tables or JSON.
 
-Command modules (``cli_*.py``) import from here; ``controlplane.cli`` puts
-them together under the ``officectl`` group.
+Command modules (the rest of :mod:`controlplane.cli`) import from here;
+:mod:`controlplane.cli.main` puts them together under the ``officectl`` group.
 """
 
 from __future__ import annotations

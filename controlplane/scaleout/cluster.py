@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from controlplane.client.queries import shards as shard_queries
 from controlplane.client.sync import fetch_rows
-from controlplane.shards import SERVER, mapping_login, mask, partition_connstrs
+from controlplane.scaleout.shards import SERVER, mapping_login, mask, partition_connstrs
 
 log = logging.getLogger(__name__)
 

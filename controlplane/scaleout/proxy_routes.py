@@ -1,6 +1,6 @@
 """How each public function of the shard API is served on the proxy: the
-routing table :func:`controlplane.proxy.generate` writes the PL/Proxy
-wrappers from (:mod:`controlplane.proxy_wrappers`). A shard function missing
+routing table :func:`controlplane.scaleout.proxy.generate` writes the PL/Proxy
+wrappers from (:mod:`controlplane.scaleout.proxy_wrappers`). A shard function missing
 from :data:`ROUTES` fails the generation, so a new one cannot be forgotten.
 
 Routing kinds:

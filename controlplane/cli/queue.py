@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from controlplane.cli_base import (
+from controlplane.cli.base import (
     Context,
     json_option,
     one_line_errors,

@@ -8,8 +8,8 @@ import click
 from rich.progress import Progress
 from rich.table import Table
 
-from controlplane import cluster, partition_move
-from controlplane.cli_base import json_option, one_line_errors, print_json, stdout
+from controlplane.cli.base import json_option, one_line_errors, print_json, stdout
+from controlplane.scaleout import cluster, partition_move
 
 
 @click.group("cluster")

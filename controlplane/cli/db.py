@@ -7,7 +7,7 @@ import click
 from rich.table import Table
 
 from controlplane import embedded
-from controlplane.cli_base import Context, json_option, one_line_errors, print_json, stdout
+from controlplane.cli.base import Context, json_option, one_line_errors, print_json, stdout
 from controlplane.migrate import migrate as run_migrations
 
 

@@ -1,4 +1,4 @@
-"""The fence of a partition move (controlplane/partition_move.py): after the
+"""The fence of a partition move (controlplane/scaleout/partition_move.py): after the
 proxy routes the partition to the target, no session may still write the
 partition's rows on the source, or a key answered on the target gets a
 second run there, which comes back when the partition does.

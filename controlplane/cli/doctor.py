@@ -9,7 +9,7 @@ import click
 from rich.table import Table
 
 from controlplane import doctor
-from controlplane.cli_base import Context, connect, json_option, one_line_errors, print_json, stdout
+from controlplane.cli.base import Context, connect, json_option, one_line_errors, print_json, stdout
 
 STYLE = {
     doctor.Status.OK: "[green]ok[/green]",

@@ -5,8 +5,9 @@ it starts (or reuses) the embedded default database and says where it is.
 Errors are one line (with the SQLSTATE when the server gave one) unless
 ``--debug`` is set.
 
-The commands live in ``cli_*.py`` modules (shared helpers in
-``controlplane.cli_base``) and are registered on the group here.
+The commands live in the other modules of this package, one per group of
+commands (shared helpers in :mod:`controlplane.cli.base`), and are registered
+on the group here.
 """
 
 from __future__ import annotations
@@ -15,19 +16,10 @@ import logging
 
 import click
 
-from controlplane import (
-    __version__,
-    cli_cluster,
-    cli_doctor,
-    cli_observe,
-    cli_queue,
-    cli_run,
-    cli_runs,
-    cli_ui,
-    cli_worker,
-)
-from controlplane.cli_base import Context, dsn_option, one_line_errors
-from controlplane.cli_db import db, migrate
+from controlplane import __version__
+from controlplane.cli import cluster, doctor, observe, queue, run, runs, ui, worker
+from controlplane.cli.base import Context, dsn_option, one_line_errors
+from controlplane.cli.db import db, migrate
 
 __all__ = ["Context", "main", "one_line_errors"]
 
@@ -46,16 +38,16 @@ def main(ctx: click.Context, dsn: str | None, debug: bool) -> None:
 main.add_command(migrate)
 main.add_command(db)
 for _command in (
-    *cli_queue.COMMANDS,
-    *cli_runs.COMMANDS,
-    *cli_observe.COMMANDS,
-    *cli_doctor.COMMANDS,
-    *cli_cluster.COMMANDS,
+    *queue.COMMANDS,
+    *runs.COMMANDS,
+    *observe.COMMANDS,
+    *doctor.COMMANDS,
+    *cluster.COMMANDS,
 ):
     main.add_command(_command)
-main.add_command(cli_run.run)
-main.add_command(cli_run.demo)
-for _command in cli_worker.COMMANDS:
+main.add_command(run.run)
+main.add_command(run.demo)
+for _command in worker.COMMANDS:
     main.add_command(_command)
-for _command in cli_ui.COMMANDS:
+for _command in ui.COMMANDS:
     main.add_command(_command)

@@ -12,10 +12,10 @@ from typing import Any
 
 import asyncpg
 
-from controlplane import shards
 from controlplane.aio import AsyncOffice, drive_async
 from controlplane.daemon.loop import DatabaseHealth
 from controlplane.models import Run
+from controlplane.scaleout import shards
 from controlplane.worker.core import (
     _VERB,
     CHANNEL,

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from controlplane import embedded
-from controlplane.cli_base import Context, dsn_option, one_line_errors, require_function
+from controlplane.cli.base import Context, dsn_option, one_line_errors, require_function
 from controlplane.daemon import LOOP_NAMES, Daemon, DaemonConfig, configure_logging, parse_duration
 
 __all__ = ["demo", "run"]
@@ -227,7 +227,7 @@ def demo(
     url = obj.database_url(embedded.DEMO_DATABASE)
     report = run_demo(url, seconds=seconds, seed=seed, as_json=as_json, debug=obj.debug)
     if with_ui:
-        from controlplane.cli_ui import serve
+        from controlplane.cli.ui import serve
 
         # Read-only on 127.0.0.1: the demo's data is there to look at.
         serve(url, host="127.0.0.1", port=ui_port, allow_actions=False)

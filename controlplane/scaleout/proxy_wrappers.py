@@ -1,14 +1,14 @@
 """The SQL of one proxy wrapper: for a shard function (as
-:func:`controlplane.proxy.shard_functions` reads it), the PL/Proxy or
+:func:`controlplane.scaleout.proxy.shard_functions` reads it), the PL/Proxy or
 PL/pgSQL function on the proxy that routes or merges it as
-:data:`controlplane.proxy_routes.ROUTES` says, with its comment and grants.
+:data:`controlplane.scaleout.proxy_routes.ROUTES` says, with its comment and grants.
 Routing and merging are explained in docs/scale-out.md."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from controlplane.proxy_routes import CHECKS, FALLBACKS, POISON_ROWS, ROUTES
+from controlplane.scaleout.proxy_routes import CHECKS, FALLBACKS, POISON_ROWS, ROUTES
 
 
 @dataclass(frozen=True)
@@ -346,7 +346,8 @@ def function_sql(fn: Function) -> str:
     route = ROUTES.get(fn.name)
     if route is None:
         raise LookupError(
-            f"office.{fn.name} has no route on the proxy (controlplane/proxy_routes.py ROUTES)"
+            f"office.{fn.name} has no route on the proxy"
+            " (ROUTES in controlplane/scaleout/proxy_routes.py)"
         )
     star = "SELECT * FROM" if fn.composite_result else "SELECT"
     if route == "local":

@@ -20,7 +20,7 @@ from psycopg_pool import ConnectionPool
 
 from controlplane import embedded
 from controlplane.aio import AsyncOffice
-from controlplane.cli_base import CONNECT_TIMEOUT, Context, one_line_errors, require_function
+from controlplane.cli.base import CONNECT_TIMEOUT, Context, one_line_errors, require_function
 from controlplane.client import Office
 from controlplane.daemon import configure_logging
 from controlplane.metrics_registry import serve_metrics

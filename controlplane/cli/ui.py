@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import click
 import psycopg
 
-from controlplane.cli_base import Context, connect, describe, one_line_errors, stderr, stdout
+from controlplane.cli.base import Context, connect, describe, one_line_errors, stderr, stdout
 
 
 def _host_names(_ctx: click.Context, _param: click.Parameter, value: tuple[str, ...]) -> list[str]:

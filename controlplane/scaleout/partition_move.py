@@ -13,9 +13,9 @@ import psycopg
 from psycopg import sql
 from pydantic import BaseModel
 
-from controlplane import partition_fence
-from controlplane.cluster import ClusterError, plproxy_conninfo, shard_connstrs, with_user
-from controlplane.shards import SERVER, mask
+from controlplane.scaleout import partition_fence
+from controlplane.scaleout.cluster import ClusterError, plproxy_conninfo, shard_connstrs, with_user
+from controlplane.scaleout.shards import SERVER, mask
 
 log = logging.getLogger(__name__)
 
@@ -232,7 +232,7 @@ def move_partition(
 
     The source's office tables are locked against writes (SHARE) for the whole
     move; the rows are copied in one target transaction with triggers off,
-    the server is switched, the source fenced (controlplane/partition_fence.py:
+    the server is switched, the source fenced (controlplane/scaleout/partition_fence.py:
     no session can still write the partition there), then the rows are
     deleted on the source in its one transaction. ``rehearse`` copies and
     stops before the switch (the source keeps serving; a later move replaces

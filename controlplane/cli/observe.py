@@ -18,7 +18,7 @@ from typing import Any
 import click
 import psycopg
 
-from controlplane.cli_base import (
+from controlplane.cli.base import (
     Context,
     cell,
     connect,
