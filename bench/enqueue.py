@@ -57,7 +57,7 @@ class Case:
 CASES = [
     Case("enqueue, fresh keys", "floor, fresh keys", 0.75),
     Case("enqueue, fresh keys, office.notify = off", "floor, fresh keys", None),
-    # "The floor" of the targets is one durable single-row insert; a
+    # "The floor" of the targets is one durable single-row insert; a
     # repeated key is also shown against a floor that repeats its keys too
     # (a conflicting insert writes nothing, so it is a much harder bar).
     Case("enqueue, 90% repeated keys", "floor, fresh keys", 1.0),

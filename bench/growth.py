@@ -1,4 +1,4 @@
-"""Growth benchmark (issue 13): fresh-key ``enqueue_run`` as office.runs grows.
+"""Growth benchmark: fresh-key ``enqueue_run`` as office.runs grows.
 
     make bench            # or: bash bench/run.sh growth
 
@@ -132,8 +132,7 @@ def main() -> None:
 
     body = "\n".join(
         [
-            f"## Growth: fresh-key `enqueue_run` from {small:,} to {large:,} existing runs"
-            " (issue 13)",
+            f"## Growth: fresh-key `enqueue_run` from {small:,} to {large:,} existing runs",
             "",
             f"Command: `make bench` (`bash bench/run.sh growth`), {args.seconds:g} s per case",
             f"after {enqueue.STEADY_SETTLE:g} s unmeasured and a CHECKPOINT, best of"

@@ -1,4 +1,4 @@
-"""Hot-path benchmark (issue 13): WAL per enqueue, the bulk path, claim + finish.
+"""Hot-path benchmark: WAL per enqueue, the bulk path, claim + finish.
 
     bash bench/run.sh hotpath
 
@@ -488,7 +488,7 @@ def main() -> None:
 
     body = "\n".join(
         [
-            "## Hot path: WAL per enqueue, the bulk path, claim + finish (issue 13)",
+            "## Hot path: WAL per enqueue, the bulk path, claim + finish",
             "",
             "Command: `make bench` (`bash bench/run.sh hotpath`),"
             + (" no claim cases," if args.no_claim else f" {args.seconds:g} s per claim case,"),

@@ -1,4 +1,4 @@
-"""Server instructions per call (issue 13): the hot path against its floors,
+"""Server instructions per call: the hot path against its floors,
 counted by valgrind's callgrind in a single-user PostgreSQL.
 
     bash bench/run.sh instructions      # part of `make bench`
@@ -203,7 +203,7 @@ def main() -> None:
             )
     body = "\n".join(
         [
-            "## Server instructions per call (issue 13)",
+            "## Server instructions per call",
             "",
             "Command: `make bench` (`bash bench/run.sh instructions`): callgrind over"
             " `postgres --single -c fsync=off -c autovacuum=off` (the machine line's settings"

@@ -1,4 +1,4 @@
-"""Peers benchmark (issue 13): office against pgqueuer and procrastinate.
+"""Peers benchmark: office against pgqueuer and procrastinate.
 
     make bench                 # or: bash bench/run.sh peers (needs the bench extra)
 
@@ -323,7 +323,7 @@ def main() -> None:
 
     body = "\n".join(
         [
-            "## Peers: office against pgqueuer and procrastinate (issue 13)",
+            "## Peers: office against pgqueuer and procrastinate",
             "",
             f"Command: `make bench` (`bash bench/run.sh peers`), {args.seconds:g} s per case,"
             f" best of {args.rounds} round(s) a cell, {args.warmup:g} s warm-up of each"

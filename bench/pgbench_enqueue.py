@@ -1,4 +1,4 @@
-"""The fresh-key enqueue under pgbench (issue 13): the effect bench/enqueue.py
+"""The fresh-key enqueue under pgbench: the effect bench/enqueue.py
 and bench/peers.py report, shown without Python in the loop.
 
     bash bench/run.sh pgbench_enqueue      # part of `make bench`
@@ -139,7 +139,7 @@ def main() -> None:
         rows.append(f"| {case.name} | " + " | ".join(cells) + " |")
     body = "\n".join(
         [
-            "## pgbench: the fresh-key enqueue against the row it stores (issue 13)",
+            "## pgbench: the fresh-key enqueue against the row it stores",
             "",
             f"Command: `bash bench/run.sh pgbench_enqueue` ({args.seconds:g} s a case, best of"
             f" {args.rounds} rounds, the cases in turn).",

@@ -156,7 +156,7 @@ def main() -> None:
     plans = {name: [_summary(p) for p in _plans(args.dsn, name, newest)] for name, _ in PAGES}
 
     body: list[str] = [
-        "## Dashboard: server time per page with 1M runs (issue 16)",
+        "## Dashboard: server time per page with 1M runs",
         "",
         f"Command: `bash bench/run.sh ui` (`python -m bench.ui --dsn … --repeat {args.repeat}`).",
         f"Machine: {machine_line(args.dsn)}.",

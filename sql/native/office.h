@@ -8,7 +8,7 @@
  * specification. They are the hot path: called once per row on every write
  * of office.runs, or once per enqueue, claim and finish, where a PL/pgSQL
  * call with its SET clauses costs more than the work it does
- * (docs/benchmarks.md, "Hot path, issue 13"). They set no search_path: the
+ * (docs/benchmarks.md, "Hot path"). They set no search_path: the
  * only names they resolve are the qualified ones of their kept statements.
  * One file per capability; this header declares what they share.
  */

@@ -1,4 +1,4 @@
-"""One run per occurrence under the faults of issue 11: ``officectl run``
+"""One run per occurrence under faults: ``officectl run``
 killed with SIGKILL mid-batch while producers reassign tasks inside the
 coalesce window, restarted, drained; and a claim that outlives the recovery
 threshold because its worker heartbeats, next to one whose worker went silent.
@@ -46,7 +46,8 @@ KILLS = 4
 #: Shorter than a production visibility (30 s) so the redeliveries of a
 #: killed daemon's batch come back within the test, yet longer than a claim
 #: takes to be finished: most redeliveries find their target gone from the
-#: queue, which is the case that used to make a second run.
+#: queue, the case where a dedup that looked only at queued runs would make
+#: a second run.
 VISIBILITY = "2s"
 SUBSCRIBER_ONLY = [
     arg for loop in ("wakeups", "cron", "sweep", "recovery", "prune") for arg in ("--disable", loop)

@@ -1,5 +1,5 @@
-"""The convergence scenarios run directly on a shard and through the proxy
-(issue 15): each test takes ``via`` (``direct``: the shard that owns the
+"""The convergence scenarios run directly on a shard and through the proxy:
+each test takes ``via`` (``direct``: the shard that owns the
 workspace; ``proxy``: the proxy of four partitions over two shards) and must
 give the same outcome both ways. Races run on real concurrent connections
 (``harness.run_concurrently``). Skipped where PL/Proxy is not installed."""

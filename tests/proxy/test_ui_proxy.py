@@ -1,4 +1,4 @@
-"""``officectl ui`` on a proxy DSN (docs/api.md §8, issue 16): over a proxy of two
+"""``officectl ui`` on a proxy DSN (docs/api.md §8): over a proxy of two
 shards every page answers 200 and the overview's numbers are the sums of
 the shards'. Skipped where PL/Proxy is not installed."""
 

@@ -2,8 +2,8 @@
 row, never an exception caused by another claimer, never two claimed runs of
 one agent, agents that do not accept runs skipped, and a cost that does not
 grow with the backlog of agents that already hold a claim (the plans are
-read with auto_explain, asserting rows and buffers, never time). Issue 11,
-points 5 and 6; get_run."""
+read with auto_explain, asserting rows and buffers, never time);
+get_run."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Remembered keys (docs/api.md §3, since 0.4.0): a key absorbed by a coalesce is
 served by the run it coalesced into, so its redelivery is a dedup onto that
 run, never a second run; a key is served by at most one run under any
-concurrency; run_keys lists what a run serves. Issue 11, points 1, 3 and 4."""
+concurrency; run_keys lists what a run serves."""
 
 from __future__ import annotations
 
@@ -51,10 +51,9 @@ def agent(db: Conn) -> str:
     return "agent-a"
 
 
-def test_issue_11_reproducer_a_coalesced_assignment_redelivered_is_a_dedup(db: Conn) -> None:
-    # Issue 11, point 1, as a new user typed it: the second assignment
-    # coalesced into the first run; its key delivered again once that run was
-    # claimed made a second run in 0.3.0.
+def test_a_coalesced_assignment_redelivered_after_its_claim_is_a_dedup(db: Conn) -> None:
+    # As a new user typed it: the second assignment coalesced into the first
+    # run, and its key is delivered again once that run is claimed.
     db.execute("SELECT office.upsert_agent('dup-a', 'w')")
     created = db.execute(
         "SELECT assignment_generation, outcome FROM office.create_task('w', id => 'dup-t',"
@@ -305,10 +304,10 @@ def test_sixteen_producers_mixing_repeated_keys_over_several_buckets(
 def test_two_bulk_calls_in_opposite_orders_never_deadlock(
     db: Conn, agent: str, concurrently: Concurrently
 ) -> None:
-    # Issue 11, point 4: 0.3.0 took each element's bucket lock as it applied
-    # the element, so two calls over the same buckets in opposite orders
-    # deadlocked. Each call here also repeats a key of the previous round
-    # (a dedup: a counter row of its reason) and brings a fresh key per bucket.
+    # Each element's bucket lock taken as the element is applied would
+    # deadlock two calls over the same buckets in opposite orders. Each call
+    # here also repeats a key of the previous round (a dedup: a counter row of
+    # its reason) and brings a fresh key per bucket.
     buckets = [("task_assigned", f"T{i}") for i in range(4)] + [("heartbeat", None), ("r2", "T1")]
     rounds = 150
     start = threading.Barrier(2, timeout=60)

@@ -1,7 +1,7 @@
 """Leases on claimed runs (docs/api.md §3, since 0.4.0): claim_run sets
 heartbeat_at, heartbeat_run renews it (fenced by attempt: false means the
 worker lost the run), recover_stale_runs requeues a claim whose heartbeat
-(its claim, if it never beat) is older than the limit. Issue 11, point 2."""
+(its claim, if it never beat) is older than the limit."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """office.agent_ready, the list of agents an unfiltered claim_run() walks
-(sql/30_runs.sql, "readiness"; issue 11): every change that makes a run
+(sql/30_runs.sql, "readiness"): every change that makes a run
 claimable lists its agent again, claimers remove busy, paused and empty
 agents, a retry-delayed agent is looked at again when its run is due, the
 backstop in recover_stale_runs restores what a bypassing path left out, and
