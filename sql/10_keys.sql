@@ -51,9 +51,9 @@ GRANT EXECUTE ON FUNCTION office.assignment_key(text, text, bigint)
     TO office_producer, office_worker, office_reader, office_admin;
 
 -- task_comment:<comment>:<agent>  (docs/api.md §3): the key of a comment's wake of
--- an agent. Its prefix is what enqueue_run tests to keep such a run out of
--- coalescing (office._run_locks, the coalesce lookups), so it is built
--- here rather than written by hand.
+-- an agent. Its prefix is what office._never_coalesces (below) tests to keep
+-- such a run out of coalescing, so it is built here rather than written by
+-- hand.
 CREATE FUNCTION office.comment_key(comment_id text, agent_profile_id text)
     RETURNS text
     LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
@@ -77,6 +77,25 @@ COMMENT ON FUNCTION office.comment_key(text, text) IS
     'such a key never coalesces (docs/api.md §3). NULL in, NULL out; an empty id is 22023.';
 REVOKE EXECUTE ON FUNCTION office.comment_key(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.comment_key(text, text)
+    TO office_producer, office_worker, office_reader, office_admin;
+
+-- The coalesce exclusion, the one place it is written: a request that is
+-- entry-triggered, or whose key is a comment's (office.comment_key), never
+-- coalesces and is never a coalesce target (docs/api.md §3). enqueue_run's
+-- locks and coalesce lookups test it; the native enqueue_run mirrors it once
+-- (sql/native/enqueue.c, never_coalesces, with the prefix generated into
+-- sql/native/constants.h from this function). A RETURN body without a SET
+-- clause, unlike the rest of the schema: its names are bound when it is
+-- created, so the search_path of a caller cannot rebind them, and a planner
+-- inlines it into a lookup's WHERE clause instead of calling it per row.
+CREATE FUNCTION office._never_coalesces(idempotency_key text, entry_triggered boolean)
+    RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN entry_triggered IS TRUE OR pg_catalog.starts_with(idempotency_key, 'task_comment:') IS TRUE;
+COMMENT ON FUNCTION office._never_coalesces(text, boolean) IS
+    'Internal: true when an enqueue request (or a queued run) with this key and entry_triggered never coalesces: entry-triggered, or a task_comment: key (office.comment_key). Never NULL.';
+REVOKE EXECUTE ON FUNCTION office._never_coalesces(text, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._never_coalesces(text, boolean)
     TO office_producer, office_worker, office_reader, office_admin;
 
 -- sha256hex(join(sort_bytewise(ids), ','))  (docs/domain.md §2.13, §3.2)

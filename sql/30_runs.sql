@@ -183,9 +183,9 @@ CREATE TRIGGER runs_05_bounded
 
 -- --- readiness: which agents claim_run() looks at (since 0.4.0) -------------
 --
--- An unfiltered claim_run() used to find its candidates in the runs index:
--- a loose scan over every agent with queued runs, busy ones included, so its
--- cost followed the number of agents with a backlog. office.agent_ready
+-- An unfiltered claim_run() finding its candidates in the runs index would
+-- loose-scan every agent with queued runs, busy ones included, so its cost
+-- would follow the number of agents with a backlog. office.agent_ready
 -- lists the agents that *may* have a claimable run, and claim_run() walks it
 -- oldest first instead. Rows are hints, not truth:
 --   * a false positive (an agent that is busy, paused, gone or without a due
@@ -544,7 +544,7 @@ GRANT EXECUTE ON FUNCTION office._run_lock(bigint, text, text, text) TO office_a
 
 -- Internal: the advisory locks enqueue requests take, NULL where one takes
 -- none: its key's (a keyed request), then its bucket's (a coalescible one:
--- not entry-triggered, key not starting with task_comment:). Arguments as
+-- not office._never_coalesces). Arguments as
 -- enqueue_run normalises them ('' keys and tasks are NULL), one element per
 -- request: enqueue_run passes its one, enqueue_runs all of its elements in
 -- one call (a call per element cost it more than the hashing: about 6 ms of
@@ -562,16 +562,14 @@ BEGIN
     FOR i IN 1 .. coalesce(cardinality(agent_profile_ids), 0) LOOP
         key_locks[i] := CASE WHEN idempotency_keys[i] IS NOT NULL
                              THEN hashtextextended('office.runs.key:' || idempotency_keys[i], 0) END;
-        bucket_locks[i] := CASE WHEN NOT coalesce(entry_triggereds[i], false)
-                                     AND (idempotency_keys[i] IS NULL
-                                          OR NOT starts_with(idempotency_keys[i], 'task_comment:'))
+        bucket_locks[i] := CASE WHEN NOT office._never_coalesces(idempotency_keys[i], entry_triggereds[i])
                                 THEN hashtextextended('office.runs.bucket:' || agent_profile_ids[i] || ':'
                                                       || reasons[i] || ':' || coalesce(task_ids[i], ''), 0) END;
     END LOOP;
 END
 $$;
 COMMENT ON FUNCTION office._run_locks(text[], text[], text[], text[], boolean[]) IS
-    'Internal: the advisory lock ids of enqueue requests (parallel arrays of agent, reason, key, task, entry_triggered): key_locks, taken by every keyed request before it looks its key up (NULL without a key), and bucket_locks (agent, reason, task; NULL when the request never coalesces: entry-triggered, task_comment: key).';
+    'Internal: the advisory lock ids of enqueue requests (parallel arrays of agent, reason, key, task, entry_triggered): key_locks, taken by every keyed request before it looks its key up (NULL without a key), and bucket_locks (agent, reason, task; NULL when the request never coalesces: office._never_coalesces).';
 REVOKE EXECUTE ON FUNCTION office._run_locks(text[], text[], text[], text[], boolean[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office._run_locks(text[], text[], text[], text[], boolean[]) TO office_admin;
 
@@ -861,9 +859,7 @@ BEGIN
                             WHERE t.agent_profile_id = v_agent AND t.reason = v_reason
                               AND t.task_id IS NULL
                               AND t.status COLLATE "C" = 'queued' AND t.requested_at > now() - v_window
-                              AND NOT t.entry_triggered
-                              AND (t.idempotency_key IS NULL
-                                   OR NOT starts_with(t.idempotency_key, 'task_comment:'))
+                              AND NOT office._never_coalesces(t.idempotency_key, t.entry_triggered)
                             ORDER BY t.requested_at DESC, t.id COLLATE "C" DESC
                             LIMIT 1
                               FOR UPDATE SKIP LOCKED)
@@ -878,9 +874,7 @@ BEGIN
                             WHERE t.agent_profile_id = v_agent AND t.reason = v_reason
                               AND t.task_id = v_task
                               AND t.status COLLATE "C" = 'queued' AND t.requested_at > now() - v_window
-                              AND NOT t.entry_triggered
-                              AND (t.idempotency_key IS NULL
-                                   OR NOT starts_with(t.idempotency_key, 'task_comment:'))
+                              AND NOT office._never_coalesces(t.idempotency_key, t.entry_triggered)
                             ORDER BY t.requested_at DESC, t.id COLLATE "C" DESC
                             LIMIT 1
                               FOR UPDATE SKIP LOCKED)

@@ -109,6 +109,12 @@ def render(conn: psycopg.Connection[Any]) -> str:
     row = conn.execute("SELECT office.comment_key('c', 'a')").fetchone()
     assert row is not None and str(row[0]).endswith("c:a"), row
     prefix = str(row[0]).removesuffix("c:a")
+    # The prefix is the one office._never_coalesces tests, to its last byte.
+    row = conn.execute(
+        "SELECT office._never_coalesces(%s, false), office._never_coalesces(%s, false)",
+        (prefix + "x", prefix[:-1] + "x"),
+    ).fetchone()
+    assert row == (True, False), (prefix, row)
     lines += [f'#define OFFICE_COMMENT_KEY_PREFIX "{prefix}"']
     lines += [f"#define OFFICE_COMMENT_KEY_PREFIX_LENGTH {len(prefix.encode())}", ""]
     lines.append("#endif\t\t\t\t\t\t\t/* OFFICE_NATIVE_CONSTANTS_H */")

@@ -65,8 +65,9 @@ key_served(Oid office, Snapshot snapshot, const char *table, const char *index, 
 
 /*
  * A request or run that never coalesces: entry-triggered, or keyed by a
- * comment (office.comment_key's prefix): the C mirror, once, of the SQL's
- * NOT entry_triggered AND (idempotency_key IS NULL OR NOT starts_with(...)).
+ * comment (office.comment_key's prefix). The C mirror, once, of
+ * office._never_coalesces (sql/10_keys.sql), whose prefix the generated
+ * OFFICE_COMMENT_KEY_PREFIX is; the statements below call the SQL one.
  */
 static bool
 never_coalesces(text *key, bool entry)
@@ -78,8 +79,7 @@ never_coalesces(text *key, bool entry)
 
 /*
  * Whether the bucket (agent, reason, task) may hold a coalesce target: a
- * queued run requested after since, not entry-triggered, whose key (if any)
- * does not start with task_comment:. Without a task, idx_run_bucket_queued
+ * queued run requested after since for which never_coalesces is false. Without a task, idx_run_bucket_queued
  * holds only queued runs; with one, idx_run_task_reason holds every status.
  */
 static bool
@@ -186,8 +186,8 @@ insert_run(Datum *values, const char *nulls, Datum *id)
 	" WHERE t.agent_profile_id OPERATOR(pg_catalog.=) $1 AND t.reason OPERATOR(pg_catalog.=) $2" \
 	" AND " task_test \
 	" AND t.status COLLATE pg_catalog.\"C\" OPERATOR(pg_catalog.=) 'queued'" \
-	" AND t.requested_at OPERATOR(pg_catalog.>) $4 AND NOT t.entry_triggered" \
-	" AND (t.idempotency_key IS NULL OR NOT pg_catalog.starts_with(t.idempotency_key, 'task_comment:'))" \
+	" AND t.requested_at OPERATOR(pg_catalog.>) $4" \
+	" AND NOT office._never_coalesces(t.idempotency_key, t.entry_triggered)" \
 	" ORDER BY t.requested_at DESC, t.id COLLATE pg_catalog.\"C\" DESC LIMIT 1 FOR UPDATE SKIP LOCKED)" \
 	" RETURNING r.id"
 

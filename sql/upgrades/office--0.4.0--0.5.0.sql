@@ -70,7 +70,44 @@ COMMENT ON FUNCTION office._stored_json_bounded() IS
     'Internal: BEFORE INSERT OR UPDATE trigger: the jsonb columns named by its arguments, where written (inserted or changed), are at most 1 MiB and 4 KiB as text and 64 levels deep, else 22023 naming table.column.';
 REVOKE EXECUTE ON FUNCTION office._stored_json_bounded() FROM PUBLIC;
 
+-- === keys (10_keys.sql) =======================================================
+-- The coalesce exclusion as one predicate (since 0.5.0), which _run_locks and
+-- enqueue_run's coalesce lookups (below) test.
+CREATE FUNCTION office._never_coalesces(idempotency_key text, entry_triggered boolean)
+    RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN entry_triggered IS TRUE OR pg_catalog.starts_with(idempotency_key, 'task_comment:') IS TRUE;
+COMMENT ON FUNCTION office._never_coalesces(text, boolean) IS
+    'Internal: true when an enqueue request (or a queued run) with this key and entry_triggered never coalesces: entry-triggered, or a task_comment: key (office.comment_key). Never NULL.';
+REVOKE EXECUTE ON FUNCTION office._never_coalesces(text, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._never_coalesces(text, boolean)
+    TO office_producer, office_worker, office_reader, office_admin;
+
 -- === runs (30_runs.sql) =======================================================
+-- _run_locks tests the exclusion through office._never_coalesces.
+CREATE OR REPLACE FUNCTION office._run_locks(agent_profile_ids text[], reasons text[], idempotency_keys text[],
+                                  task_ids text[], entry_triggereds boolean[],
+                                  OUT key_locks bigint[], OUT bucket_locks bigint[])
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    key_locks := '{}';
+    bucket_locks := '{}';
+    FOR i IN 1 .. coalesce(cardinality(agent_profile_ids), 0) LOOP
+        key_locks[i] := CASE WHEN idempotency_keys[i] IS NOT NULL
+                             THEN hashtextextended('office.runs.key:' || idempotency_keys[i], 0) END;
+        bucket_locks[i] := CASE WHEN NOT office._never_coalesces(idempotency_keys[i], entry_triggereds[i])
+                                THEN hashtextextended('office.runs.bucket:' || agent_profile_ids[i] || ':'
+                                                      || reasons[i] || ':' || coalesce(task_ids[i], ''), 0) END;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION office._run_locks(text[], text[], text[], text[], boolean[]) IS
+    'Internal: the advisory lock ids of enqueue requests (parallel arrays of agent, reason, key, task, entry_triggered): key_locks, taken by every keyed request before it looks its key up (NULL without a key), and bucket_locks (agent, reason, task; NULL when the request never coalesces: office._never_coalesces).';
+REVOKE EXECUTE ON FUNCTION office._run_locks(text[], text[], text[], text[], boolean[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._run_locks(text[], text[], text[], text[], boolean[]) TO office_admin;
+
 -- Operator actions on finished runs (since 0.5.0): a failed or cancelled run
 -- goes back to queued in place, so the key it serves (its own and the ones
 -- recorded by coalescing) stays with it and a redelivery is still a dedup
@@ -395,9 +432,7 @@ BEGIN
                             WHERE t.agent_profile_id = v_agent AND t.reason = v_reason
                               AND t.task_id IS NULL
                               AND t.status COLLATE "C" = 'queued' AND t.requested_at > now() - v_window
-                              AND NOT t.entry_triggered
-                              AND (t.idempotency_key IS NULL
-                                   OR NOT starts_with(t.idempotency_key, 'task_comment:'))
+                              AND NOT office._never_coalesces(t.idempotency_key, t.entry_triggered)
                             ORDER BY t.requested_at DESC, t.id COLLATE "C" DESC
                             LIMIT 1
                               FOR UPDATE SKIP LOCKED)
@@ -412,9 +447,7 @@ BEGIN
                             WHERE t.agent_profile_id = v_agent AND t.reason = v_reason
                               AND t.task_id = v_task
                               AND t.status COLLATE "C" = 'queued' AND t.requested_at > now() - v_window
-                              AND NOT t.entry_triggered
-                              AND (t.idempotency_key IS NULL
-                                   OR NOT starts_with(t.idempotency_key, 'task_comment:'))
+                              AND NOT office._never_coalesces(t.idempotency_key, t.entry_triggered)
                             ORDER BY t.requested_at DESC, t.id COLLATE "C" DESC
                             LIMIT 1
                               FOR UPDATE SKIP LOCKED)
