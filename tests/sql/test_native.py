@@ -171,6 +171,58 @@ def test_the_library_abi_version_is_the_control_file_version(db: Conn) -> None:
     assert harness.scalar(db, "SELECT office.schema_version()") == schema.current_version()
 
 
+def test_a_library_of_another_version_keeps_the_plpgsql_definitions_with_a_warning() -> None:
+    # The handshake's refusal: the install script of this checkout, run as a
+    # superuser, but with its schema_version() saying another version than
+    # the library's ABI version (what a stale office.so against new scripts
+    # looks like from the install's side). The bind block must warn, naming
+    # both versions, and change nothing: the PL/pgSQL definitions serve.
+    with psycopg.connect(harness.conninfo("postgres"), autocommit=True) as admin:
+        libdir = harness.scalar(admin, "SELECT setting FROM pg_config WHERE name = 'PKGLIBDIR'")
+    if not (Path(libdir) / "office.so").exists():
+        pytest.skip("no office library on this server")
+    version = schema.current_version()
+    stale = "0.0.1"
+    script = schema.plain_sql(schema.install_script())
+    pinned = f"    RETURN '{version}';"
+    assert script.count(pinned) == 1, "schema_version()'s body moved: update this test"
+    script = script.replace(pinned, f"    RETURN '{stale}';")
+    dbname = f"office_native_stale_{harness.LABEL}"
+    with psycopg.connect(harness.conninfo("postgres"), autocommit=True) as admin:
+        admin.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(dbname))
+        )
+        admin.execute(
+            sql.SQL("CREATE DATABASE {} TEMPLATE template0").format(sql.Identifier(dbname))
+        )
+    try:
+        with psycopg.connect(harness.conninfo(dbname), autocommit=True) as conn:
+            warnings: list[str] = []
+            conn.add_notice_handler(
+                lambda notice: (
+                    warnings.append(str(notice.message_primary))
+                    if notice.severity_nonlocalized == "WARNING"
+                    else None
+                )
+            )
+            conn.execute(script.encode())
+            said = f"PL/pgSQL only: the office library is version {version}, the schema {stale}"
+            assert warnings == [f"office: {said}"]
+            assert harness.scalar(conn, "SELECT office._native_binding()") == said
+            languages = conn.execute(
+                "SELECT p.proname, l.lanname FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang"
+                " WHERE p.pronamespace = 'office'::regnamespace"
+                " AND (p.proname = ANY (%s) OR l.lanname = 'c') ORDER BY p.proname",
+                [NATIVE],
+            ).fetchall()
+            assert languages == [(name, "plpgsql") for name in NATIVE]
+    finally:
+        with psycopg.connect(harness.conninfo("postgres"), autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(dbname))
+            )
+
+
 # enqueue_run: where the library is installed, its C definition decides the
 # common calls and hands the rest to the PL/pgSQL one, kept as
 # office._enqueue_run_plpgsql. The same calls through either, from the same
