@@ -78,9 +78,7 @@ async def async_db(dsn: str) -> AsyncIterator[asyncpg.Connection]:
 
 
 @pytest.fixture
-def concurrently(
-    dsn: str,
-) -> Callable[[Sequence[Callable[[psycopg.Connection[Any]], Any]]], list[harness.Outcome]]:
+def concurrently(dsn: str) -> harness.Concurrently:
     """``concurrently([f, g, ...])`` runs each callable on its own connection to
     this test's database, all released at once; returns their outcomes."""
 

@@ -1,6 +1,6 @@
 """Helpers every test module may use: connection facts, one-value queries,
-bounded waits, concurrent callers, throwaway clusters, table-read counters,
-and the isolation-spec runner."""
+bounded waits, concurrent callers and lock waits, throwaway clusters,
+table-read counters, and the isolation-spec runner."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ USER = os.environ.get("OFFICE_TEST_USER", "postgres")
 LABEL = os.environ.get("OFFICE_TEST_LABEL", "dev")
 
 ISOLATION_DIR = Path(__file__).parent / "isolation"
+ISOLATION_SPECS = sorted(p.stem for p in (ISOLATION_DIR / "specs").glob("*.spec"))
 PG_ISOLATION_REGRESS = Path(
     os.environ.get(
         "OFFICE_PG_ISOLATION_REGRESS",
@@ -125,6 +126,31 @@ def run_concurrently(
     return outcomes
 
 
+Concurrently = Callable[[Sequence[Callable[[psycopg.Connection[Any]], Any]]], list[Outcome]]
+"""The type of the ``concurrently`` fixture: :func:`run_concurrently` bound to
+the test's database."""
+
+
+def values(outcomes: Sequence[Outcome]) -> list[Any]:
+    """What each concurrent caller returned, in order; fails the test, naming
+    the errors, when any caller raised."""
+    errors = [o.error for o in outcomes if o.error is not None]
+    assert errors == [], f"callers raised: {errors!r}"
+    return [o.value for o in outcomes]
+
+
+def wait_until_blocked(
+    conn: psycopg.Connection[Any], pid: int, what: str = "a lock", timeout: float = 60.0
+) -> None:
+    """Until backend ``pid`` waits for a lock another backend holds, seen
+    from ``conn`` (so a test orders its steps on the lock, not on timing)."""
+    wait_for(
+        lambda: scalar(conn, "SELECT cardinality(pg_blocking_pids(%s)) > 0", [pid]),
+        f"backend {pid} to wait for {what}",
+        timeout,
+    )
+
+
 @contextmanager
 def _fresh_office_database(name: str) -> Iterator[None]:
     with psycopg.connect(conninfo("postgres"), autocommit=True) as admin:
@@ -159,7 +185,14 @@ def run_isolation_spec(
     """Run ``tests/isolation/specs/<name>.spec`` with ``pg_isolation_regress
     --use-existing`` against the test cluster, in a fresh database with
     ``office`` installed (``--use-existing`` creates none), and compare with
-    ``expected/<name>.out`` (or with the same file name under ``expected_dir``)."""
+    ``expected/<name>.out`` (or with the same file name under ``expected_dir``);
+    without that file it raises before running anything."""
+    expected = (expected_dir or ISOLATION_DIR / "expected") / f"{name}.out"
+    if not expected.is_file():
+        raise FileNotFoundError(
+            f"isolation spec {name} has no expected output: write {expected}"
+            " (a run's output is the interleaving it pins, reviewed by hand)"
+        )
     database = dbname or f"office_iso_{LABEL}_{os.getpid()}"
     with (
         _fresh_office_database(database),

@@ -20,8 +20,12 @@ installed by each path — ``CREATE EXTENSION`` as a superuser and as a database
 owner who is not one (the extension is trusted), ``officectl migrate``
 (released 0.1.0, then every upgrade step), and upgrades of installs made
 before anything was planted — and its API is exercised as producer, worker,
-reader and admin, through SQL, the Python clients and ``officectl``: no
-look-alike may have run, and nothing office owns may depend on one
+reader and admin, through SQL, the Python clients and ``officectl``: a
+scenario, the key builders with their vectors (``tests/vectors/keys.json``),
+then every other API function of the catalog once with a sample of each
+argument type (a new function is exercised without editing this file; one
+that cannot be is listed in ``NOT_EXERCISED`` with why, or the test fails).
+No look-alike may have run, and nothing office owns may depend on one
 (``pg_depend``). A control installs the released 0.3.0 the same way and shows
 that it does bind and run them, so the check can fail. A schema ``office``
 that is already there is refused.
@@ -30,6 +34,7 @@ that is already there is refused.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import re
@@ -51,6 +56,7 @@ from controlplane.client import Office
 from controlplane.migrate import migrate
 from controlplane.observability import DEDUP_LOGGER
 from tests import harness
+from tests.scenarios.keys import SIGNATURES, VECTORS
 
 SUFFIX = f"{harness.LABEL}_{os.getpid()}"
 ATTACKER = f"office_attacker_{SUFFIX}"
@@ -548,10 +554,12 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 class Caller:
-    """One login role's connection, with the database's (hostile) search_path."""
+    """One login role's connection, with the database's (hostile) search_path;
+    ``called`` collects the functions every caller sharing it has called."""
 
-    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+    def __init__(self, conn: psycopg.Connection[Any], called: set[str]) -> None:
         self.conn = conn
+        self.called = called
 
     def has(self, function: str) -> bool:
         row = self.conn.execute(
@@ -568,6 +576,7 @@ class Caller:
             ),
         )
         params = {k: Jsonb(v) if isinstance(v, dict) else v for k, v in args.items()}
+        self.called.add(function)
         with self.conn.cursor(row_factory=dict_row) as cur:
             return cur.execute(query, params).fetchall()
 
@@ -581,10 +590,68 @@ class Caller:
         ).fetchall()
 
 
+# The catalog's API functions that the generic pass does not call, each with
+# why. Every other function is exercised: by the scenario of _exercise, or,
+# when the scenario does not call it, once generically (SAMPLES below).
+NOT_EXERCISED: dict[str, str] = {}
+
+# A value of each argument type for the generic call of a function the
+# scenario does not reach: it runs the function's statements on the hostile
+# path (an error it answers with, say an unknown id, is fine; a look-alike
+# that ran is not). A function with a required argument of another type is
+# neither exercised nor listed, and fails the test.
+SAMPLES = {
+    "text": "'hostile-probe'::pg_catalog.text",
+    "text[]": "'{hostile-probe}'::pg_catalog.text[]",
+    "bigint": "1::pg_catalog.int8",
+    "bigint[]": "'{1}'::pg_catalog.int8[]",
+    "integer": "1::pg_catalog.int4",
+    "boolean": "false",
+    "jsonb": "'{}'::pg_catalog.jsonb",
+    "interval": "'0'::pg_catalog.interval",
+    "timestamp with time zone": "'2026-01-01 00:00:00+00'::pg_catalog.timestamptz",
+}
+
+# The API: office's functions but the internal (_-prefixed) ones and the
+# trigger functions, with their required (no default) parameters and the
+# first office role that may execute each.
+API_FUNCTIONS = """
+SELECT p.proname, p.proargnames[1:p.pronargs - p.pronargdefaults],
+       ARRAY(SELECT pg_catalog.format_type(t, NULL)
+               FROM pg_catalog.unnest(p.proargtypes::pg_catalog.oid[]) WITH ORDINALITY AS a(t, n)
+              WHERE a.n <= p.pronargs - p.pronargdefaults ORDER BY a.n),
+       (SELECT r FROM pg_catalog.unnest(%s::pg_catalog.text[]) WITH ORDINALITY AS g(r, n)
+         WHERE pg_catalog.has_function_privilege(r, p.oid, 'EXECUTE') ORDER BY g.n LIMIT 1)
+  FROM pg_catalog.pg_proc p
+ WHERE p.pronamespace = 'office'::pg_catalog.regnamespace AND p.prokind = 'f'
+   AND p.proname !~ '^_' AND p.prorettype <> 'pg_catalog.trigger'::pg_catalog.regtype
+ ORDER BY p.proname
+"""
+
+
+@dataclass(frozen=True)
+class ApiFunction:
+    name: str
+    required: list[tuple[str, str]]  # name, type
+    role: str | None  # the first office role granted EXECUTE
+
+
+def api_functions(dbname: str) -> list[ApiFunction]:
+    with _connect(harness.conninfo(dbname)) as conn:
+        rows = conn.execute(API_FUNCTIONS, [list(USERS)]).fetchall()
+    return [
+        ApiFunction(name, list(zip(names or [], types, strict=True)), role)
+        for name, names, types, role in rows
+    ]
+
+
 def exercise(dbname: str, warnings: Warnings) -> None:
-    """docs/api.md §1-§6 through named notation, each call as a role granted it."""
+    """docs/api.md §1-§6 through named notation, each call as a role granted
+    it, then every API function of the catalog the scenario did not call,
+    generically; fails when one is neither exercised nor in NOT_EXERCISED."""
+    called: set[str] = set()
     callers = {
-        role: Caller(warnings.watch(_connect(_as(user, dbname), pinned=False)))
+        role: Caller(warnings.watch(_connect(_as(user, dbname), pinned=False)), called)
         for role, user in USERS.items()
     }
     try:
@@ -594,9 +661,64 @@ def exercise(dbname: str, warnings: Warnings) -> None:
             callers["office_reader"],
             callers["office_admin"],
         )
+        in_scenario = set(called)
+        functions = api_functions(dbname)
+        unreachable = []
+        for function in functions:
+            if function.name in in_scenario or function.name in NOT_EXERCISED:
+                continue
+            if function.role is None or any(t not in SAMPLES for _, t in function.required):
+                unreachable.append(function)
+                continue
+            _call_generically(callers[function.role], function)
     finally:
         for caller in callers.values():
             caller.conn.close()
+    catalog = {function.name for function in functions}
+    assert unreachable == [], (
+        "API functions neither exercised nor in NOT_EXERCISED (no office role may"
+        " execute them, or an argument type without a SAMPLE):\n"
+        + "\n".join(f"{f.name}({f.required}) as {f.role}" for f in unreachable)
+    )
+    listed = set(NOT_EXERCISED)
+    assert listed <= catalog, f"NOT_EXERCISED names no API function: {sorted(listed - catalog)}"
+    assert listed.isdisjoint(in_scenario), (
+        f"NOT_EXERCISED but called by the scenario: {sorted(listed & in_scenario)}"
+    )
+
+
+def _call_generically(caller: Caller, function: ApiFunction) -> None:
+    caller.called.add(function.name)
+    query = sql.SQL("SELECT * FROM office.{}({})").format(
+        sql.Identifier(function.name),
+        sql.SQL(", ").join(
+            sql.SQL("{} => {}").format(sql.Identifier(name), sql.SQL(SAMPLES[type_]))
+            for name, type_ in function.required
+        ),
+    )
+    # An error is the function's own answer: what ran on the way is what counts.
+    with contextlib.suppress(psycopg.Error):
+        caller.conn.execute(query).fetchall()
+
+
+def _builder_args(vector: dict[str, Any]) -> dict[str, Any]:
+    types = dict(SIGNATURES[vector["function"]])
+    return {
+        name: datetime.fromisoformat(value)
+        if value is not None and types[name] == "timestamp with time zone"
+        else value
+        for name, value in vector["args"].items()
+    }
+
+
+# §1: one vector with a value per key builder (tests/vectors/keys.json).
+BUILDER_VECTORS = list(
+    {
+        v["function"]: v
+        for v in reversed(VECTORS)
+        if v.get("expected") is not None and not v.get("timezone")
+    }.values()
+)
 
 
 def exercise_clients(dbname: str) -> None:
@@ -634,23 +756,13 @@ def exercise_clients(dbname: str) -> None:
 def _exercise(producer: Caller, worker: Caller, reader: Caller, admin: Caller) -> None:
     path = producer.conn.execute("SHOW search_path").fetchone()
     assert path == (HOSTILE_PATH,), "the callers must run on the database's hostile path"
-    # §1 key builders and the version, for every role.
+    # §1 key builders (each with a vector it must answer) and the version, for every role.
+    assert sorted(v["function"] for v in BUILDER_VECTORS) == sorted(SIGNATURES)
     for caller in (producer, worker, reader, admin):
         caller.one("schema_version")
-        caller.one("assignment_key", task_id="t", agent_profile_id="a", generation=1)
-        caller.one("blocker_digest", blocker_ids=["b2", "b1"])
-        caller.one("blockers_resolved_key", blocked_task_id="t", blocker_ids=["b1"])
-        caller.one("wake_operation_id", parent_task_id="p", child_set_key="c:DONE", generation="g")
-        caller.one("second_precision_text", ts=T0)
-        caller.one("routine_fingerprint", title="t", description="d", assignee="a")
-        caller.one(
-            "routine_key",
-            source="cron",
-            routine_id="r",
-            trigger_id="t",
-            claimed_tick=T0,
-            routine_run_id="x",
-        )
+        for vector in BUILDER_VECTORS:
+            row = caller.one(vector["function"], **_builder_args(vector))
+            assert row == {vector["function"]: vector["expected"]}, vector["name"]
     # §2 agents and tasks.
     producer.one("upsert_agent", id="a1", workspace_id="w1", name="A")
     producer.one("upsert_agent", id="a2", workspace_id="w1")

@@ -1,10 +1,13 @@
 """The key builders' shared vectors (``tests/vectors/keys.json``), their
-signatures, and one SQL call per vector: what the key tests (both sides) and
-the hardening tests check."""
+signatures (the functions the vectors call, as the catalog declares them,
+read from the generated docs/reference.md so the unit tier needs no server),
+and one SQL call per vector: what the key tests (both sides) and the
+hardening tests check."""
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,27 +17,53 @@ from psycopg import sql
 
 VECTOR_FILE = Path(__file__).parents[1] / "vectors" / "keys.json"
 
-# docs/api.md §1: parameter names, order and types (binding).
+REFERENCE_FILE = Path(__file__).parents[2] / "docs" / "reference.md"
+
+
+def load_vectors() -> list[dict[str, Any]]:
+    vectors: list[dict[str, Any]] = json.loads(VECTOR_FILE.read_text(encoding="utf-8"))["vectors"]
+    return vectors
+
+
+VECTORS = load_vectors()
+
+
+@dataclass(frozen=True)
+class Parameter:
+    name: str
+    type: str
+    has_default: bool
+
+
+def reference_signature(function: str, reference: str) -> list[Parameter]:
+    """``office.<function>``'s parameters as docs/reference.md prints them:
+    that file is rendered from the installed catalog (tools/reference.py) and
+    ``make verify`` fails when it is stale, so it is the catalog without a
+    server. Exactly one overload, or this fails."""
+    blocks = re.findall(
+        rf"^```sql\noffice\.{re.escape(function)}\((.*?)\)\n  RETURNS ", reference, re.S | re.M
+    )
+    assert len(blocks) == 1, f"docs/reference.md has {len(blocks)} signatures of office.{function}"
+    parameters = []
+    for argument in filter(None, (a.strip() for a in blocks[0].split(","))):
+        name, rest = argument.split(" ", 1)
+        type_, default, _ = rest.partition(" DEFAULT ")
+        parameters.append(Parameter(name, type_, bool(default)))
+    return parameters
+
+
+# The key builders are the functions the vectors call; their parameter names,
+# order and types (docs/api.md §1, binding) are the catalog's.
+BUILDERS = sorted({vector["function"] for vector in VECTORS})
+_REFERENCE = REFERENCE_FILE.read_text(encoding="utf-8")
+PARAMETERS: dict[str, list[Parameter]] = {
+    name: reference_signature(name, _REFERENCE) for name in BUILDERS
+}
 SIGNATURES: dict[str, list[tuple[str, str]]] = {
-    "assignment_key": [("task_id", "text"), ("agent_profile_id", "text"), ("generation", "bigint")],
-    "blocker_digest": [("blocker_ids", "text[]")],
-    "blockers_resolved_key": [("blocked_task_id", "text"), ("blocker_ids", "text[]")],
-    "comment_key": [("comment_id", "text"), ("agent_profile_id", "text")],
-    "wake_operation_id": [
-        ("parent_task_id", "text"),
-        ("child_set_key", "text"),
-        ("generation", "text"),
-    ],
-    "second_precision_text": [("ts", "timestamp with time zone")],
-    "routine_fingerprint": [("title", "text"), ("description", "text"), ("assignee", "text")],
-    "routine_key": [
-        ("source", "text"),
-        ("routine_id", "text"),
-        ("trigger_id", "text"),
-        ("claimed_tick", "timestamp with time zone"),
-        ("routine_run_id", "text"),
-        ("explicit_key", "text"),
-    ],
+    name: [(p.name, p.type) for p in parameters] for name, parameters in PARAMETERS.items()
+}
+DEFAULTED: dict[str, list[str]] = {
+    name: [p.name for p in parameters if p.has_default] for name, parameters in PARAMETERS.items()
 }
 
 # How a vector argument reaches SQL: a schema-qualified cast, so the call
@@ -45,14 +74,6 @@ _SQL_CASTS = {
     "bigint": "pg_catalog.int8",
     "timestamp with time zone": "pg_catalog.timestamptz",
 }
-
-
-def load_vectors() -> list[dict[str, Any]]:
-    vectors: list[dict[str, Any]] = json.loads(VECTOR_FILE.read_text(encoding="utf-8"))["vectors"]
-    return vectors
-
-
-VECTORS = load_vectors()
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,15 @@ import psycopg
 import psycopg.errors
 import pytest
 
-from tests.scenarios.keys import SIGNATURES, VECTORS, SqlResult, check, sql_call, vector_ids
+from tests.scenarios.keys import (
+    DEFAULTED,
+    SIGNATURES,
+    VECTORS,
+    SqlResult,
+    check,
+    sql_call,
+    vector_ids,
+)
 
 _sql_results: dict[str, SqlResult] = {}
 
@@ -71,7 +79,7 @@ def test_sql_functions_are_immutable_parallel_safe_and_pinned(db: psycopg.Connec
         assert argnames == [n for n, _ in signature], name
         assert argtypes == [t for _, t in signature], name
         assert rettype == "text", name
-        assert ndefaults == (1 if name == "routine_key" else 0), name
+        assert ndefaults == len(DEFAULTED[name]), name
         assert comment, name
 
 

@@ -1,16 +1,15 @@
 """Parent-wake races with real connections (the ``concurrently`` fixture
-releases every caller at once) and the isolation specs of the deterministic
-interleavings (tests/isolation/specs/parent_wake_*.spec): the edge path and a
-sweep for the same wave make one run, two sweeps deliver each parent once, a
-child reopened between list and reconcile leaves no receipt."""
+releases every caller at once): the edge path and a sweep for the same wave
+make one run, two sweeps deliver each parent once, a child reopened between
+list and reconcile leaves no receipt. The isolation specs of the
+deterministic interleavings (tests/isolation/specs/parent_wake_*.spec) run in
+tests/sql/test_isolation_harness.py."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
-import pytest
 
 from controlplane import keys
 from tests import harness
@@ -29,17 +28,9 @@ from tests.scenarios.parent_wake import (
 )
 from tests.scenarios.tasks import Conn, agent, create
 
-Concurrently = Callable[[Sequence[Callable[[Conn], Any]]], list[harness.Outcome]]
-
-
-def values(outcomes: list[harness.Outcome]) -> list[Any]:
-    errors = [o.error for o in outcomes if o.error is not None]
-    assert errors == [], errors
-    return [o.value for o in outcomes]
-
 
 def test_the_edge_path_and_a_sweep_for_the_same_wave_make_one_run(
-    db: Conn, concurrently: Concurrently
+    db: Conn, concurrently: harness.Concurrently
 ) -> None:
     for n in range(12):
         parent = f"P{n:02d}"
@@ -53,7 +44,7 @@ def test_the_edge_path_and_a_sweep_for_the_same_wave_make_one_run(
             # edge path derives the sweep's operation id.
             write(conn, child, "10:00.900", "COMPLETED")
 
-        edge_result, swept = values(concurrently([edge, lambda conn: sweep(conn, 50)]))
+        edge_result, swept = harness.values(concurrently([edge, lambda conn: sweep(conn, 50)]))
         assert edge_result is None
         runs = wakes(db, parent)
         assert [r["idempotency_key"] for r in runs] == [the_wave]
@@ -65,7 +56,7 @@ def test_the_edge_path_and_a_sweep_for_the_same_wave_make_one_run(
 
 
 def test_the_last_child_completing_while_a_sweep_runs_makes_one_run(
-    db: Conn, concurrently: Concurrently
+    db: Conn, concurrently: harness.Concurrently
 ) -> None:
     agent(db, "agent-P")
     for n in range(12):
@@ -77,19 +68,23 @@ def test_the_last_child_completing_while_a_sweep_runs_makes_one_run(
         def last(conn: Conn, child: str = f"{parent}-b") -> None:
             conn.execute("SELECT office.move_task(%s, 'COMPLETED')", [child])
 
-        values(concurrently([last, lambda conn: sweep(conn, 50), lambda conn: sweep(conn, 50)]))
+        harness.values(
+            concurrently([last, lambda conn: sweep(conn, 50), lambda conn: sweep(conn, 50)])
+        )
         sweep(db, 50)
         [run] = wakes(db, parent)
         child_set, generation = wave(db, parent)
         assert run["idempotency_key"] == keys.wake_operation_id(parent, child_set, generation)
 
 
-def test_two_sweeps_at_once_deliver_each_parent_once(db: Conn, concurrently: Concurrently) -> None:
+def test_two_sweeps_at_once_deliver_each_parent_once(
+    db: Conn, concurrently: harness.Concurrently
+) -> None:
     for round_ in range(5):
         parents = [f"R{round_}-P{n}" for n in range(10)]
         for parent in parents:
             stuck_parent(db, parent, {f"{parent}-c": ("COMPLETED", "05:00")})
-        first, second = values(
+        first, second = harness.values(
             concurrently([lambda conn: sweep(conn, 20), lambda conn: sweep(conn, 20)])
         )
         delivered = [r["parent_task_id"] for r in first + second if r["delivered"]]
@@ -103,14 +98,14 @@ def test_two_sweeps_at_once_deliver_each_parent_once(db: Conn, concurrently: Con
 
 
 def test_many_sweeps_at_once_with_a_small_limit_drain_the_stuck_parents(
-    db: Conn, concurrently: Concurrently
+    db: Conn, concurrently: harness.Concurrently
 ) -> None:
     parents = [f"P{n:02d}" for n in range(24)]
     for parent in parents:
         stuck_parent(db, parent, {f"{parent}-c": ("COMPLETED", "05:00")})
     results: list[dict[str, Any]] = []
     while stuck(db):
-        for batch in values(concurrently([lambda conn: sweep(conn, 5)] * 4)):
+        for batch in harness.values(concurrently([lambda conn: sweep(conn, 5)] * 4)):
             results.extend(batch)
     assert sorted(r["parent_task_id"] for r in results if r["delivered"]) == parents
     assert all(len(wakes(db, parent)) == 1 for parent in parents)
@@ -127,7 +122,7 @@ def test_a_child_reopened_between_list_and_reconcile_writes_no_receipt(db: Conn,
 
 
 def test_a_child_reopened_while_the_parent_is_reconciled(
-    db: Conn, concurrently: Concurrently
+    db: Conn, concurrently: harness.Concurrently
 ) -> None:
     for n in range(12):
         parent = f"P{n:02d}"
@@ -143,7 +138,7 @@ def test_a_child_reopened_while_the_parent_is_reconciled(
         def reopen(conn: Conn, c: str = child) -> None:
             conn.execute("SELECT office.move_task(%s, 'IN_PROGRESS')", [c])
 
-        result, _ = values(concurrently([reconciler, reopen]))
+        result, _ = harness.values(concurrently([reconciler, reopen]))
         row = receipt(db, parent)
         if result["delivered"]:
             # Delivered first: the receipt is the wave it read, on its run.
@@ -153,9 +148,3 @@ def test_a_child_reopened_while_the_parent_is_reconciled(
             assert result["skipped_reason"] == "child_set_changed"
             assert row is None and wakes(db, parent) == []
         assert parent not in stuck(db)  # an open child now
-
-
-@pytest.mark.parametrize("spec", ["parent_wake_edge_vs_sweep", "parent_wake_sweep_race"])
-def test_isolation_spec(spec: str) -> None:
-    result = harness.run_isolation_spec(spec)
-    assert result.passed, result.diffs or result.output

@@ -1,13 +1,15 @@
 """Races on routines with real connections (the ``concurrently`` fixture
-releases every caller at once) and the isolation specs that pin the
-interleavings (tests/isolation/specs/routines_*.spec)."""
+releases every caller at once), and the control showing the gate spec fails
+without its lock. The isolation specs that pin the interleavings
+(tests/isolation/specs/routines_*.spec) run in
+tests/sql/test_isolation_harness.py."""
 
 from __future__ import annotations
 
 import json
 import shutil
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -18,15 +20,7 @@ from tests import harness
 from tests.scenarios.routines import fire, make_stale, routine, run, runs
 from tests.scenarios.tasks import Conn, agent, move
 
-Concurrently = Callable[[Sequence[Callable[[Conn], Any]]], list[harness.Outcome]]
-
 N = 8
-
-
-def values(outcomes: list[harness.Outcome]) -> list[Any]:
-    errors = [o.error for o in outcomes if o.error is not None]
-    assert errors == [], f"callers raised: {errors!r}"
-    return [o.value for o in outcomes]
 
 
 def firing(routine_id: str = "R") -> Callable[[Conn], dict[str, Any]]:
@@ -38,11 +32,11 @@ def firing(routine_id: str = "R") -> Callable[[Conn], dict[str, Any]]:
 
 @pytest.mark.parametrize("policy", ["skip_if_active", "coalesce_if_active"])
 def test_concurrent_fires_of_one_fingerprint_create_one_task(
-    db: Conn, concurrently: Concurrently, policy: str
+    db: Conn, concurrently: harness.Concurrently, policy: str
 ) -> None:
     agent(db, "agent-1")
     routine(db, policy=policy)
-    results = values(concurrently([firing()] * N))
+    results = harness.values(concurrently([firing()] * N))
     statuses = Counter(r["status"] for r in results)
     gated = "skipped" if policy == "skip_if_active" else "coalesced"
     assert statuses == {"task_created": 1, gated: N - 1}
@@ -56,16 +50,16 @@ def test_concurrent_fires_of_one_fingerprint_create_one_task(
 
 
 def test_concurrent_fires_with_always_create_all_create(
-    db: Conn, concurrently: Concurrently
+    db: Conn, concurrently: harness.Concurrently
 ) -> None:
     agent(db, "agent-1")
     routine(db, policy="always_create")
-    results = values(concurrently([firing()] * N))
+    results = harness.values(concurrently([firing()] * N))
     assert Counter(r["status"] for r in results) == {"task_created": N}
 
 
 def test_concurrent_fires_of_a_stale_gate_heal_it_once_and_create_one_task(
-    db: Conn, concurrently: Concurrently
+    db: Conn, concurrently: harness.Concurrently
 ) -> None:
     # Every fire finds the same stale run (its task is COMPLETED): one closes
     # it, one creates the next task, the rest are skipped by that task.
@@ -75,7 +69,7 @@ def test_concurrent_fires_of_a_stale_gate_heal_it_once_and_create_one_task(
     move(db, first["linked_task_id"], "COMPLETED")
     make_stale(db, first["routine_run_id"])
     closes = _count_closes(db)
-    results = values(concurrently([firing()] * N))
+    results = harness.values(concurrently([firing()] * N))
     assert Counter(r["status"] for r in results) == {"task_created": 1, "skipped": N - 1}
     assert run(db, first["routine_run_id"])["status"] == "done"
     assert closes() == 1
@@ -107,7 +101,7 @@ def _count_closes(db: Conn) -> Callable[[], int]:
 
 
 def test_the_sync_and_inline_self_heals_close_a_run_once(
-    db: Conn, concurrently: Concurrently
+    db: Conn, concurrently: harness.Concurrently
 ) -> None:
     # The task is terminal but its run is still task_created (its close was
     # missed); now half the callers sync it (the trigger's path) or close it
@@ -133,7 +127,7 @@ def test_the_sync_and_inline_self_heals_close_a_run_once(
     def heal(conn: Conn) -> Any:
         return ("fire", fire(conn)["status"])
 
-    results = values(concurrently([sync, close, heal, sync, close, heal, sync, heal]))
+    results = harness.values(concurrently([sync, close, heal, sync, close, heal, sync, heal]))
     assert closes() == 1
     closed = run(db, run_id)
     assert closed["status"] in ("done", "cancelled") and closed["completed_at"] is not None
@@ -144,7 +138,9 @@ def test_the_sync_and_inline_self_heals_close_a_run_once(
     assert fires == {"task_created": 1, "skipped": 2}
 
 
-def test_concurrent_tick_claimers_have_one_winner(db: Conn, concurrently: Concurrently) -> None:
+def test_concurrent_tick_claimers_have_one_winner(
+    db: Conn, concurrently: harness.Concurrently
+) -> None:
     agent(db, "agent-1")
     routine(db, "L", template={}, variables={})
     tick = datetime(2026, 5, 10, 12, tzinfo=UTC)
@@ -160,13 +156,13 @@ def test_concurrent_tick_claimers_have_one_winner(db: Conn, concurrently: Concur
         assert row is not None
         return bool(row[0])
 
-    assert sorted(values(concurrently([claim] * N))) == [False] * (N - 1) + [True]
+    assert sorted(harness.values(concurrently([claim] * N))) == [False] * (N - 1) + [True]
     row = db.execute("SELECT next_run_at FROM office.routine_triggers WHERE id = 't1'").fetchone()
     assert row == (tick + timedelta(days=1),)
 
 
 def test_concurrent_redeliveries_of_one_tick_make_one_wakeup(
-    db: Conn, concurrently: Concurrently
+    db: Conn, concurrently: harness.Concurrently
 ) -> None:
     agent(db, "agent-1")
     routine(db, "L", template={}, variables={}, policy="always_create")
@@ -176,7 +172,7 @@ def test_concurrent_redeliveries_of_one_tick_make_one_wakeup(
     def deliver(conn: Conn) -> dict[str, Any]:
         return fire(conn, "L", "cron", trigger_id="t1", claimed_tick=tick)
 
-    results = values(concurrently([deliver] * N))
+    results = harness.values(concurrently([deliver] * N))
     assert Counter(r["wakeup_outcome"] for r in results) == {"queued": 1, "deduped": N - 1}
     assert {r["status"] for r in results} == {"done"}
     assert len({r["wakeup_request_id"] for r in results}) == 1
@@ -186,7 +182,7 @@ def test_concurrent_redeliveries_of_one_tick_make_one_wakeup(
 
 
 def test_concurrent_wakeup_dispatches_for_one_agent_make_one_run(
-    db: Conn, concurrently: Concurrently
+    db: Conn, concurrently: harness.Concurrently
 ) -> None:
     agent(db, "agent-1")
     ids = []
@@ -208,22 +204,14 @@ def test_concurrent_wakeup_dispatches_for_one_agent_make_one_run(
 
         return call
 
-    results = values(concurrently([dispatcher(i) for i in ids]))
+    results = harness.values(concurrently([dispatcher(i) for i in ids]))
     assert Counter(results) == {"claimed": 1, "coalesced": N - 1}
     row = db.execute("SELECT coalesced_count, context_snapshot FROM office.runs").fetchone()
     assert row is not None
     assert row[0] == N and row[1] == {f"k{n}": n for n in range(N)}
 
 
-# --- isolation specs ---------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "spec", ["routines_gate_race", "routines_gate_race_nolock", "routines_close_race"]
-)
-def test_isolation_spec(spec: str) -> None:
-    result = harness.run_isolation_spec(spec)
-    assert result.passed, result.diffs or result.output
+# --- isolation-spec control ---------------------------------------------------------------
 
 
 def test_the_gate_spec_fails_without_the_lock(tmp_path: Path) -> None:

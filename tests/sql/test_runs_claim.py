@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import random
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -20,7 +20,6 @@ from psycopg.rows import dict_row
 from tests import harness
 
 Conn = psycopg.Connection[Any]
-Concurrently = Callable[[Sequence[Callable[[Conn], Any]]], list[harness.Outcome]]
 
 BUSY = 50
 
@@ -223,7 +222,7 @@ def test_claim_skips_agents_that_do_not_accept_runs(db: Conn) -> None:
 
 
 def test_eight_claimers_a_thousand_times_never_fail_and_never_double_claim(
-    db: Conn, concurrently: Concurrently
+    db: Conn, concurrently: harness.Concurrently
 ) -> None:
     agents = [f"agent-{i}" for i in range(4)]
     for agent in [*agents, "sleeper"]:

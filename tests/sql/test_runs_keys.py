@@ -9,7 +9,7 @@ import json
 import random
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -19,7 +19,6 @@ from psycopg.rows import dict_row
 from tests import harness
 
 Conn = psycopg.Connection[Any]
-Concurrently = Callable[[Sequence[Callable[[Conn], Any]]], list[harness.Outcome]]
 
 
 def enqueue(conn: Conn, key: str | None, task: str | None = None, **extra: Any) -> tuple[Any, ...]:
@@ -211,7 +210,7 @@ def test_a_bulk_call_records_and_dedups_keys_in_order(db: Conn, agent: str) -> N
 
 
 def test_sixteen_producers_mixing_repeated_keys_over_several_buckets(
-    db: Conn, agent: str, concurrently: Concurrently
+    db: Conn, agent: str, concurrently: harness.Concurrently
 ) -> None:
     # Twelve keys, each sent by several producers and for different buckets
     # (tasks T0-T2), mixed with keyless requests that make coalesce targets;
@@ -302,7 +301,7 @@ def test_sixteen_producers_mixing_repeated_keys_over_several_buckets(
 
 
 def test_two_bulk_calls_in_opposite_orders_never_deadlock(
-    db: Conn, agent: str, concurrently: Concurrently
+    db: Conn, agent: str, concurrently: harness.Concurrently
 ) -> None:
     # Each element's bucket lock taken as the element is applied would
     # deadlock two calls over the same buckets in opposite orders. Each call

@@ -1,12 +1,13 @@
 """Races on the run queue with real connections (the ``concurrently``
-fixture releases every caller at once) and the isolation specs that pin the
-interleavings (tests/isolation/specs/runs_*.spec)."""
+fixture releases every caller at once). The isolation specs that pin the
+interleavings (tests/isolation/specs/runs_*.spec) run in
+tests/sql/test_isolation_harness.py."""
 
 from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -16,7 +17,6 @@ from psycopg.rows import dict_row
 from tests import harness
 
 Conn = psycopg.Connection[Any]
-Concurrently = Callable[[Sequence[Callable[[Conn], Any]]], list[harness.Outcome]]
 
 OUTCOMES = {"queued", "deduped", "coalesced"}
 
@@ -44,12 +44,6 @@ def enqueue_call(reason: str, **kwargs: Any) -> Callable[[Conn], tuple[str, str 
     return call
 
 
-def values(outcomes: list[harness.Outcome]) -> list[Any]:
-    errors = [o.error for o in outcomes if o.error is not None]
-    assert errors == [], f"callers raised: {errors!r}"
-    return [o.value for o in outcomes]
-
-
 def all_runs(conn: Conn) -> list[dict[str, Any]]:
     with conn.cursor(row_factory=dict_row) as cur:
         return cur.execute("SELECT * FROM office.runs ORDER BY requested_at, id").fetchall()
@@ -75,9 +69,11 @@ def agent(db: Conn) -> str:
     ids=["ordinary-key", "comment-key", "entry-triggered"],
 )
 def test_s12_sixteen_producers_one_key_leave_one_row(
-    db: Conn, agent: str, concurrently: Concurrently, reason: str, key: str, entry: bool
+    db: Conn, agent: str, concurrently: harness.Concurrently, reason: str, key: str, entry: bool
 ) -> None:
-    results = values(concurrently([enqueue_call(reason, key=key, task="T", entry=entry)] * 16))
+    results = harness.values(
+        concurrently([enqueue_call(reason, key=key, task="T", entry=entry)] * 16)
+    )
     rows = all_runs(db)
     assert len(rows) == 1
     assert rows[0]["idempotency_key"] == key
@@ -91,11 +87,11 @@ def test_s12_sixteen_producers_one_key_leave_one_row(
 
 
 def test_s13_concurrent_producers_with_a_neighbour_are_all_suppressed(
-    db: Conn, agent: str, concurrently: Concurrently
+    db: Conn, agent: str, concurrently: harness.Concurrently
 ) -> None:
     neighbour = enqueue_call("task_assigned", task="T")(db)
     assert neighbour[0] == "queued"
-    results = values(concurrently([enqueue_call("task_assigned", key="K", task="T")] * 16))
+    results = harness.values(concurrently([enqueue_call("task_assigned", key="K", task="T")] * 16))
     assert {outcome for outcome, _, _ in results} <= {"coalesced", "deduped"}
     rows = all_runs(db)
     assert [r["id"] for r in rows] == [neighbour[2]]
@@ -103,9 +99,9 @@ def test_s13_concurrent_producers_with_a_neighbour_are_all_suppressed(
 
 
 def test_sixteen_keyless_producers_in_one_bucket_leave_one_run(
-    db: Conn, agent: str, concurrently: Concurrently
+    db: Conn, agent: str, concurrently: harness.Concurrently
 ) -> None:
-    results = values(concurrently([enqueue_call("heartbeat")] * 16))
+    results = harness.values(concurrently([enqueue_call("heartbeat")] * 16))
     assert Counter(outcome for outcome, _, _ in results) == {"queued": 1, "coalesced": 15}
     rows = all_runs(db)
     assert len(rows) == 1
@@ -115,9 +111,11 @@ def test_sixteen_keyless_producers_in_one_bucket_leave_one_run(
 
 
 def test_keyless_producers_in_different_buckets_do_not_meet(
-    db: Conn, agent: str, concurrently: Concurrently
+    db: Conn, agent: str, concurrently: harness.Concurrently
 ) -> None:
-    results = values(concurrently([enqueue_call("heartbeat", task=f"T{i}") for i in range(8)]))
+    results = harness.values(
+        concurrently([enqueue_call("heartbeat", task=f"T{i}") for i in range(8)])
+    )
     assert [outcome for outcome, _, _ in results] == ["queued"] * 8
     assert len(all_runs(db)) == 8
 
@@ -134,7 +132,7 @@ def test_a_repeatable_read_producer_that_waited_is_told_to_retry(
         done: list[BaseException | tuple[str, str | None, str]] = []
         waiter = threading.Thread(target=lambda: _capture(done, enqueue_call("heartbeat"), rr))
         waiter.start()
-        _wait_until_blocked(db, rr)
+        harness.wait_until_blocked(db, rr.info.backend_pid, "the bucket lock")
         holder.commit()
         waiter.join(60)
         rr.rollback()
@@ -219,17 +217,6 @@ def _capture(sink: list[Any], call: Callable[[Conn], Any], conn: Conn) -> None:
         sink.append(exc)
 
 
-def _wait_until_blocked(db: Conn, conn: Conn) -> None:
-    """Block until ``conn``'s backend waits on a lock (no timing assumption)."""
-    pid = conn.info.backend_pid
-    for _ in range(6000):
-        row = db.execute("SELECT cardinality(pg_blocking_pids(%s)) > 0", [pid]).fetchone()
-        if row == (True,):
-            return
-        threading.Event().wait(0.01)
-    raise AssertionError("the second producer never waited for the bucket lock")
-
-
 # ---------------------------------------------------------------------------
 # Claimers
 
@@ -245,7 +232,7 @@ def four_agents(db: Conn) -> list[str]:
 
 
 def test_eight_claimers_holding_their_claims_get_one_run_per_agent(
-    db: Conn, four_agents: list[str], concurrently: Concurrently
+    db: Conn, four_agents: list[str], concurrently: harness.Concurrently
 ) -> None:
     # Every claimer claims inside an open transaction and keeps it open until
     # all eight have claimed: a claimer that waited for another would break
@@ -258,7 +245,7 @@ def test_eight_claimers_holding_their_claims_get_one_run_per_agent(
             hold.wait()
         return None if row is None else (row[0], row[1])
 
-    results = values(concurrently([claimer] * 8))
+    results = harness.values(concurrently([claimer] * 8))
     claimed = [r for r in results if r is not None]
     assert len(claimed) == 4
     assert sorted(agent for _, agent in claimed) == sorted(four_agents)
@@ -270,7 +257,7 @@ def test_eight_claimers_holding_their_claims_get_one_run_per_agent(
 
 
 def test_eight_claimers_drain_four_agents_without_a_double_claim(
-    db: Conn, four_agents: list[str], concurrently: Concurrently
+    db: Conn, four_agents: list[str], concurrently: harness.Concurrently
 ) -> None:
     def claimer(conn: Conn) -> list[str]:
         done: list[str] = []
@@ -295,7 +282,7 @@ def test_eight_claimers_drain_four_agents_without_a_double_claim(
             assert finished.fetchone() == (True,)
             done.append(run_id)
 
-    results = values(concurrently([claimer] * 8))
+    results = harness.values(concurrently([claimer] * 8))
     done = [run_id for per_claimer in results for run_id in per_claimer]
     assert len(done) == len(set(done)) == 20
     rows = db.execute("SELECT status, attempt, count(*) FROM office.runs GROUP BY 1, 2").fetchall()
@@ -326,30 +313,3 @@ def test_claim_recover_reclaim_fences_the_stale_worker(db: Conn, dsn: str, agent
         assert before[0]["claimed_by"] == "fresh" and before[0]["status"] == "claimed"
         assert fresh.execute("SELECT office.finish_run(%s, 2)", [first[0]]).fetchone() == (True,)
     assert all_runs(db)[0]["status"] == "finished"
-
-
-# ---------------------------------------------------------------------------
-# Isolation specs: deterministic interleavings
-
-
-@pytest.mark.parametrize(
-    "spec",
-    [
-        "runs_key_race",
-        "runs_coalesce_race",
-        "runs_snapshot_key_race",
-        "runs_snapshot_key_race_nolock",
-        "runs_redeliver_race",
-        "runs_redeliver_race_nolock",
-        "runs_claim_race",
-        "runs_claim_race_nolock",
-        "runs_ready_race",
-        "runs_ready_race_nolock",
-        "runs_cancel_race",
-    ],
-)
-def test_isolation_spec(spec: str) -> None:
-    result = harness.run_isolation_spec(spec)
-    if not result.passed:
-        print(result.diffs or result.output)
-    assert result.passed, result.diffs or result.output

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -20,7 +20,6 @@ import pytest
 from tests import harness
 
 Conn = psycopg.Connection[Any]
-Concurrently = Callable[[Sequence[Callable[[Conn], Any]]], list[harness.Outcome]]
 
 
 def ready_rows(db: Conn, agent: str) -> int:
@@ -253,7 +252,7 @@ def test_the_backstop_restores_what_a_bypassing_path_left_out(db: Conn, bypass: 
 
 
 def test_claimers_producers_and_finishers_never_leave_a_claimable_run_behind(
-    db: Conn, concurrently: Concurrently
+    db: Conn, concurrently: harness.Concurrently
 ) -> None:
     agents = [f"agent-{i}" for i in range(6)]
     db.execute("SELECT office.upsert_agent(id, 'w') FROM unnest(%s::text[]) id", [agents])

@@ -6,7 +6,7 @@ a bulk cancel waiting on a claim is tests/isolation/specs/runs_cancel_race.spec.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -16,7 +16,6 @@ from psycopg.rows import dict_row
 from tests import harness
 
 Conn = psycopg.Connection[Any]
-Concurrently = Callable[[Sequence[Callable[[Conn], Any]]], list[harness.Outcome]]
 MARK = "-- end --"
 
 
@@ -268,7 +267,7 @@ def test_for_office_admin_only(db: Conn, signature: str) -> None:
 
 
 def test_cancel_runs_racing_claims_never_fails_and_counts_what_it_cancelled(
-    db: Conn, dsn: str, concurrently: Concurrently
+    db: Conn, dsn: str, concurrently: harness.Concurrently
 ) -> None:
     """Claimers on every agent and two bulk cancels over the same runs in
     opposite orders, at once: no deadlock, no error, each run cancelled by
@@ -305,7 +304,7 @@ def test_cancel_runs_racing_claims_never_fails_and_counts_what_it_cancelled(
 
 
 def test_bulk_requeues_and_cancels_in_opposite_orders_never_deadlock(
-    db: Conn, concurrently: Concurrently
+    db: Conn, concurrently: harness.Concurrently
 ) -> None:
     """Two requeue_runs and two cancel_runs over the same runs, each given
     them in its own order, rounds of them at once: none waits for another in

@@ -1,12 +1,14 @@
 """Races on tasks with real connections (the ``concurrently`` fixture releases
-every caller at once) and the isolation specs of the deterministic
-interleavings (tests/isolation/specs/tasks_*.spec)."""
+every caller at once), and the control showing the blockers spec fails
+without its lock. The isolation specs of the deterministic interleavings
+(tests/isolation/specs/tasks_*.spec) run in
+tests/sql/test_isolation_harness.py."""
 
 from __future__ import annotations
 
 import shutil
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -32,14 +34,6 @@ from tests.scenarios.tasks import (
     runs,
     task,
 )
-
-Concurrently = Callable[[Sequence[Callable[[Conn], Any]]], list[harness.Outcome]]
-
-
-def values(outcomes: list[harness.Outcome]) -> list[Any]:
-    errors = [o.error for o in outcomes if o.error is not None]
-    assert errors == [], errors
-    return [o.value for o in outcomes]
 
 
 @pytest.fixture
@@ -71,12 +65,12 @@ def retire(conn: Conn, run_id: str) -> None:
 
 
 def test_eight_concurrent_reassignments_commit_eight_generations_and_keys(
-    db: Conn, concurrently: Concurrently
+    db: Conn, concurrently: harness.Concurrently
 ) -> None:
     agents = [agent(db, f"agent-{i}") for i in range(1, 9)]
     agent(db, "agent-0")
     create(db, "T", workflow_step_id="s", assignee_agent_profile_id="agent-0")  # generation 1
-    results = values(concurrently([assigner("T", who) for who in agents]))
+    results = harness.values(concurrently([assigner("T", who) for who in agents]))
     generations = sorted(r["assignment_generation"] for r in results)
     assert generations == list(range(2, 10))
     assert all(r["outcome"] == "queued" for r in results)
@@ -96,12 +90,12 @@ def test_eight_concurrent_reassignments_commit_eight_generations_and_keys(
 
 
 def test_eight_concurrent_repeats_of_one_agent_are_never_deduped(
-    db: Conn, concurrently: Concurrently
+    db: Conn, concurrently: harness.Concurrently
 ) -> None:
     agent(db, "A")
     first = create(db, "T", workflow_step_id="s", assignee_agent_profile_id="A")
     claim_and_age(db, first["run_id"])
-    results = values(concurrently([lambda conn: assign(conn, "T", "A")] * 8))
+    results = harness.values(concurrently([lambda conn: assign(conn, "T", "A")] * 8))
     assert sorted(r["assignment_generation"] for r in results) == list(range(2, 10))
     assert all(r["outcome"] in ("queued", "coalesced") for r in results)
     assert all(r["interrupt"] is False for r in results)
@@ -111,7 +105,7 @@ def test_eight_concurrent_repeats_of_one_agent_are_never_deduped(
 
 
 def test_assign_task_racing_the_subscriber_for_one_generation_gives_one_run(
-    db: Conn, office: Office, concurrently: Concurrently
+    db: Conn, office: Office, concurrently: harness.Concurrently
 ) -> None:
     agent(db, "A")
     created = create(db, "T", workflow_step_id="s", assignee_agent_profile_id="A")
@@ -127,7 +121,9 @@ def test_assign_task_racing_the_subscriber_for_one_generation_gives_one_run(
             created_at=datetime.now(UTC),
         )
         before = len(runs(db))
-        assigned, handled = values(concurrently([assigner("T", "A"), handler(subscriber, event)]))
+        assigned, handled = harness.values(
+            concurrently([assigner("T", "A"), handler(subscriber, event)])
+        )
         assert assigned["assignment_generation"] == generation
         assert isinstance(handled, HandledEvent) and handled.action is HandlerAction.ENQUEUED
         key = keys.assignment_key("T", "A", generation)
@@ -143,7 +139,7 @@ def test_assign_task_racing_the_subscriber_for_one_generation_gives_one_run(
 
 
 def test_two_subscribers_on_one_outbox_handle_each_event_once(
-    db: Conn, office: Office, concurrently: Concurrently
+    db: Conn, office: Office, concurrently: harness.Concurrently
 ) -> None:
     agent(db, "A")
     for i in range(40):
@@ -168,7 +164,7 @@ def test_two_subscribers_on_one_outbox_handle_each_event_once(
 
         return loop
 
-    first, second = values(concurrently([subscribe("s1"), subscribe("s2")]))
+    first, second = harness.values(concurrently([subscribe("s1"), subscribe("s2")]))
     assert set(first).isdisjoint(second)
     assert sorted(first + second) == all_ids
     assert db.execute("SELECT max(deliveries) FROM office.events").fetchone() == (1,)
@@ -183,7 +179,7 @@ def test_two_subscribers_on_one_outbox_handle_each_event_once(
 
 @pytest.mark.parametrize("blockers", [2, 4])
 def test_blockers_completing_together_give_exactly_one_wake(
-    db: Conn, concurrently: Concurrently, blockers: int
+    db: Conn, concurrently: harness.Concurrently, blockers: int
 ) -> None:
     agent(db, "agent-1")
     for round_number in range(8):
@@ -194,7 +190,7 @@ def test_blockers_completing_together_give_exactly_one_wake(
             create(db, name)
             block(db, blocked, name)
         states = ["COMPLETED", "FAILED", "CANCELLED", "COMPLETED"]
-        values(
+        harness.values(
             concurrently([mover(name, state) for name, state in zip(names, states, strict=False)])
         )
         wakes = [r for r in runs(db, "task_blockers_resolved") if r["task_id"] == blocked]
@@ -203,7 +199,7 @@ def test_blockers_completing_together_give_exactly_one_wake(
 
 
 def test_children_completing_together_wake_the_parent_once(
-    db: Conn, concurrently: Concurrently
+    db: Conn, concurrently: harness.Concurrently
 ) -> None:
     agent(db, "agent-p")
     for round_number in range(8):
@@ -212,7 +208,7 @@ def test_children_completing_together_wake_the_parent_once(
         children = [f"{parent}-c{i}" for i in range(3)]
         for child in children:
             create(db, child, parent_id=parent)
-        values(concurrently([mover(child, "COMPLETED") for child in children]))
+        harness.values(concurrently([mover(child, "COMPLETED") for child in children]))
         wakes = [r for r in runs(db, "task_children_completed") if r["task_id"] == parent]
         assert len(wakes) == 1, f"round {round_number}: {len(wakes)} wakes"
 
@@ -263,21 +259,7 @@ def test_a_repeatable_read_transaction_that_waited_is_told_to_retry(db: Conn, ds
     assert len(runs(db, "task_blockers_resolved")) == 1
 
 
-# --- isolation specs ---------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "spec",
-    [
-        "tasks_generation_race",
-        "tasks_blockers_race",
-        "tasks_blockers_race_nolock",
-        "tasks_children_race",
-    ],
-)
-def test_isolation_spec(spec: str) -> None:
-    result = harness.run_isolation_spec(spec)
-    assert result.passed, result.diffs or result.output
+# --- isolation-spec control ---------------------------------------------------------------
 
 
 def test_the_blockers_spec_fails_without_the_lock(tmp_path: Path) -> None:
@@ -314,14 +296,6 @@ def _in_thread(conn: Conn, statement: str, outcome: list[BaseException | None]) 
     return thread
 
 
-def _until_waiting(db: Conn, thread: threading.Thread) -> None:
-    """Until some backend waits for a lock (the thread's statement)."""
-    while thread.is_alive():
-        row = db.execute("SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()
-        if row != (0,):
-            return
-
-
 @pytest.mark.parametrize("first", ["child", "move"])
 def test_a_child_and_a_move_of_its_parent_never_both_commit(db: Conn, dsn: str, first: str) -> None:
     """A child created in w1 while its parent moves to w2: whichever commits
@@ -339,7 +313,7 @@ def test_a_child_and_a_move_of_its_parent_never_both_commit(db: Conn, dsn: str, 
         holder.execute(statements[first])  # uncommitted
         outcome: list[BaseException | None] = []
         thread = _in_thread(waiter, statements[second], outcome)
-        _until_waiting(db, thread)
+        harness.wait_until_blocked(db, waiter.info.backend_pid, f"the {first}'s lock")
         holder.commit()
         thread.join(30)
         [error] = outcome

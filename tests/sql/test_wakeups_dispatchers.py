@@ -11,14 +11,12 @@ waits on agent-x holding nothing, and both loops finish."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 import psycopg
-import pytest
 
-from tests.harness import scalar
+from tests.harness import scalar, wait_until_blocked
 from tests.scenarios.tasks import Conn, agent, call
 
 
@@ -36,17 +34,6 @@ def _four_requests(db: Conn) -> list[str]:
         )
         ids.append(str(row["wakeup_request_id"]))
     return ids
-
-
-def _wait_for_lock_wait(db: Conn, pid: int) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if scalar(db, "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [pid]) == (
-            "Lock"
-        ):
-            return
-        time.sleep(0.02)
-    pytest.fail(f"backend {pid} never waited on a lock")
 
 
 class _Session:
@@ -85,10 +72,10 @@ def _stage(
         holder.execute("SELECT office._xact_lock(office._lock_key('wakeups.agent', 'agent-x'))")
         a = _Session(dsn, first)
         a.start()
-        _wait_for_lock_wait(db, a.pid)
+        wait_until_blocked(db, a.pid)
         b = _Session(dsn, second)
         b.start()
-        _wait_for_lock_wait(db, b.pid)
+        wait_until_blocked(db, b.pid)
         holder.commit()
     a.join()
     b.join()

@@ -14,7 +14,7 @@ import pytest
 
 from controlplane import keys
 from controlplane.errors import InvalidArgument
-from tests.scenarios.keys import SIGNATURES, VECTORS, SqlResult, check, vector_ids
+from tests.scenarios.keys import DEFAULTED, SIGNATURES, VECTORS, SqlResult, check, vector_ids
 
 PYTHON_BUILDERS: dict[str, Callable[..., str | None]] = {
     name: getattr(keys, name) for name in SIGNATURES
@@ -33,12 +33,14 @@ def python_args(vector: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_vector_file_is_well_formed() -> None:
+    # The builders are the functions the vectors call: each Python builder has vectors.
+    assert sorted(SIGNATURES) == sorted(keys.__all__)
     names = vector_ids(VECTORS)
     assert len(names) == len(set(names))
     for vector in VECTORS:
         assert vector["function"] in SIGNATURES, vector["name"]
         params = [name for name, _ in SIGNATURES[vector["function"]]]
-        required = params[:-1] if vector["function"] == "routine_key" else params
+        required = [name for name in params if name not in DEFAULTED[vector["function"]]]
         assert set(required) <= set(vector["args"]) <= set(params), vector["name"]
         assert ("error" in vector) != ("expected" in vector), vector["name"]
     # every builder has value, null and (but for the two without ids) error vectors
@@ -67,7 +69,7 @@ def test_python_signatures_match_sql() -> None:
         params = inspect.signature(PYTHON_BUILDERS[name]).parameters
         assert list(params) == [n for n, _ in signature], name
         defaults = [p for p in params.values() if p.default is not inspect.Parameter.empty]
-        assert [p.name for p in defaults] == (["explicit_key"] if name == "routine_key" else [])
+        assert [p.name for p in defaults] == DEFAULTED[name], name
 
 
 @pytest.mark.parametrize(
