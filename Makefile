@@ -69,8 +69,8 @@ generate: venv
 	$(BIN)/python -m tools.generated write
 
 lint: venv
-	$(BIN)/ruff check controlplane tests bench migrations tools
-	$(BIN)/ruff format --check controlplane tests bench migrations tools
+	$(BIN)/ruff check controlplane tests bench tools
+	$(BIN)/ruff format --check controlplane tests bench tools
 
 typecheck: venv
 	$(BIN)/mypy --strict controlplane tools tests bench
