@@ -232,8 +232,8 @@ def main(version: str, root: Path) -> None:
     for path in [*bump.writes, *bump.removes]:
         click.echo(f"  {'removed ' if path in bump.removes else ''}{path}")
     click.echo(
-        "next: make install, then make generate (the proxy script and docs/reference.md"
-        " name the version), and commit."
+        "next: make install, then make generate (docs/reference.md names the version),"
+        " make verify, and commit."
     )
 
 
