@@ -15,7 +15,7 @@ PG_CONFIG   ?= /usr/lib/postgresql/15/bin/pg_config
 DEB_PACKAGES := postgresql-15 postgresql-client-15 postgresql-server-dev-15 postgresql-15-cron \
                 postgresql-15-plproxy chromium chromium-driver
 
-.PHONY: help deps venv install demo test test-unit test-fast verify generate lint typecheck bench clean
+.PHONY: help deps venv install demo test test-unit test-fast verify generate lint typecheck bump bench clean
 
 help:
 	@echo "make demo   run the product on the embedded PostgreSQL"
@@ -24,6 +24,7 @@ help:
 	@echo "make install  install the extension into PG_CONFIG's PostgreSQL (PGXS)"
 	@echo "make verify   fail, with a diff, when a committed generated file is stale"
 	@echo "make generate rewrite the committed generated files (docs/reference.md, the proxy script)"
+	@echo "make bump VERSION=x.y.z  freeze the current version and start x.y.z (tools/bump.py)"
 	@echo "make bench  benchmarks (durable cluster), results in docs/benchmarks.md"
 
 # apt-get only when something is missing, so a warm machine does not touch the
@@ -69,11 +70,17 @@ generate: venv
 	$(BIN)/python -m tools.generated write
 
 lint: venv
-	$(BIN)/ruff check controlplane tests bench migrations tools
-	$(BIN)/ruff format --check controlplane tests bench migrations tools
+	$(BIN)/ruff check controlplane tests bench tools
+	$(BIN)/ruff format --check controlplane tests bench tools
 
 typecheck: venv
 	$(BIN)/mypy --strict controlplane tools tests bench
+
+# Freeze the current version into sql/released/ and start VERSION
+# (tools/bump.py says what it writes; it writes nothing when it refuses).
+bump: venv
+	@test -n "$(VERSION)" || { echo "usage: make bump VERSION=x.y.z" >&2; exit 2; }
+	$(BIN)/python -m tools.bump "$(VERSION)"
 
 # The peers of bench/peers.py (the bench extra) are installed here only: the
 # suite does not import bench/, and they bring a dozen packages of their own.

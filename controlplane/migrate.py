@@ -1,9 +1,12 @@
 """The plain-SQL install path: yoyo migrations for databases where
 ``CREATE EXTENSION`` is not possible (managed PostgreSQL).
 
-Each migration in ``migrations/`` applies one script of ``controlplane.schema``
-through :func:`version_step` or :func:`upgrade_step`, so both install paths
-run the very same SQL. A database that already has the extension is moved
+The migrations are derived from the scripts themselves (:func:`migrations`):
+the oldest released version's install script, then one upgrade step per later
+version, through :func:`version_step` and :func:`upgrade_step`, so both
+install paths run the very same SQL and a new version needs no migration file.
+A migration's id, ``000N.office-V`` (N counting versions from 0.1.0), is what
+yoyo records in a database, so it never changes. A database that already has the extension is moved
 forward with ``ALTER EXTENSION office UPDATE`` instead: mixing the two paths
 in one database would leave objects that belong to neither.
 
@@ -23,10 +26,9 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import sql
-from yoyo import read_migrations, step
 from yoyo.backends.core.postgresql import PostgresqlPsycopgBackend
 from yoyo.connections import parse_uri
-from yoyo.migrations import default_migration_table
+from yoyo.migrations import Migration, MigrationList, StepCollector, default_migration_table
 
 from controlplane import schema
 from controlplane.errors import OfficeError
@@ -45,17 +47,67 @@ def pinned(script: str) -> str:
     return PIN_SEARCH_PATH + script
 
 
-def version_step(version: str) -> Any:
-    """A yoyo step that installs ``version`` from nothing."""
-    return step(
+def version_step(version: str) -> tuple[str, str]:
+    """The apply and rollback SQL of a yoyo step that installs ``version`` from nothing."""
+    return (
         pinned(schema.plain_sql(schema.install_script(version))),
         pinned("DROP SCHEMA office CASCADE"),
     )
 
 
-def upgrade_step(source: str, target: str) -> Any:
-    """A yoyo step that upgrades ``source`` to ``target``."""
-    return step(pinned(schema.plain_sql(schema.upgrade_script(source, target))))
+def upgrade_step(source: str, target: str) -> tuple[str, None]:
+    """The apply SQL of a yoyo step that upgrades ``source`` to ``target`` (no rollback)."""
+    return (pinned(schema.plain_sql(schema.upgrade_script(source, target))), None)
+
+
+def migration_id(index: int, version: str) -> str:
+    """The id yoyo records for the migration to ``version``, the ``index``-th
+    version (1 for the first)."""
+    return f"{index:04d}.{schema.EXTENSION}-{version}"
+
+
+class _DerivedMigration(Migration):  # type: ignore[misc]
+    """A yoyo migration of one step whose SQL is given, not read from a file
+    (yoyo's own ``Migration`` imports a module per migration)."""
+
+    def __init__(
+        self, id: str, apply: str, rollback: str | None, after: _DerivedMigration | None
+    ) -> None:
+        super().__init__(id, f"<{id}>", str(schema.sql_dir()))
+        self._apply = apply
+        self._rollback = rollback
+        self._after = after
+
+    def load(self) -> None:
+        if self.loaded:
+            return
+        collector = StepCollector(migration=self)
+        collector.add_step(self._apply, self._rollback)
+        self._depends = set() if self._after is None else {self._after}
+        self.use_transactions = True
+        self.steps = collector.create_steps(True)
+
+
+def migrations() -> Any:
+    """The yoyo migrations, oldest first: installing the oldest released
+    version, then each upgrade step to the next version up to the current
+    one. A version with no step into it from the one before is an error
+    naming both."""
+    versions = schema.versions()
+    steps = set(schema.upgrade_steps())
+    chain: list[_DerivedMigration] = []
+    for index, version in enumerate(versions, start=1):
+        rollback: str | None
+        if not chain:
+            apply, rollback = version_step(version)
+        else:
+            source = versions[index - 2]
+            if (source, version) not in steps:
+                raise LookupError(f"no upgrade step from office {source} to {version}")
+            apply, rollback = upgrade_step(source, version)
+        previous = chain[-1] if chain else None
+        chain.append(_DerivedMigration(migration_id(index, version), apply, rollback, previous))
+    return MigrationList(chain)
 
 
 def yoyo_url(dsn: str) -> str:
@@ -200,11 +252,11 @@ def migrate(dsn: str, target: str | None = None) -> MigrateResult:
     if bookkeeping_schema is None:
         raise ValueError("no schema on search_path exists to keep yoyo's tables in")
     backend = _backend(yoyo_url(dsn), bookkeeping_schema)
-    migrations = read_migrations(str(schema.migrations_dir()))
+    derived = migrations()
     with backend.lock():
-        pending = backend.to_apply(migrations)
+        pending = backend.to_apply(derived)
         if target is not None:
-            ids = [m.id for m in migrations]
+            ids = [m.id for m in derived]
             if target not in ids:
                 raise ValueError(f"unknown migration {target!r}; known: {', '.join(ids)}")
             allowed = set(ids[: ids.index(target) + 1])

@@ -34,12 +34,6 @@ def sql_dir() -> Path:
     return packaged if packaged.is_dir() else _PACKAGE_DIR.parent / "sql"
 
 
-def migrations_dir() -> Path:
-    """The yoyo migrations directory (packaged, or at the repository root)."""
-    packaged = _PACKAGE_DIR / "_migrations"
-    return packaged if packaged.is_dir() else _PACKAGE_DIR.parent / "migrations"
-
-
 def current_version() -> str:
     """The ``default_version`` of ``office.control``: what a fresh install gets."""
     control = (sql_dir() / "office.control").read_text(encoding="utf-8")
@@ -62,6 +56,17 @@ def install_script(version: str | None = None) -> str:
     if not frozen.is_file():
         raise LookupError(f"no install script for office version {version!r}")
     return frozen.read_text(encoding="utf-8")
+
+
+def released_versions() -> list[str]:
+    """The versions frozen in ``sql/released/``, oldest first."""
+    names = (sql_dir() / "released").glob(f"{EXTENSION}--*.sql")
+    return sorted((p.stem.split("--")[1] for p in names), key=version_key)
+
+
+def versions() -> list[str]:
+    """Every version, oldest first: the released ones, then the current one."""
+    return [*released_versions(), current_version()]
 
 
 def upgrade_steps() -> list[tuple[str, str]]:

@@ -17,7 +17,10 @@
 -- definitions serve too, silently. office._native_binding() says which
 -- serve and why (officectl doctor reports it); the suite runs against both
 -- (PostgreSQL 15 with the library, the embedded 18 without).
--- CREATE OR REPLACE keeps each function's grants and comment.
+-- CREATE OR REPLACE keeps each function's grants and comment. The block runs
+-- again in an upgrade step (after the step's new schema_version()) where the
+-- C definitions may serve already: the PL/pgSQL body handed on is then the
+-- one kept under its other name.
 DO $native$
 DECLARE
     v_schema  text := office.schema_version();
@@ -79,7 +82,10 @@ BEGIN
                      SET enable_seqscan = off
                      AS %L$create$,
                 (SELECT p.prosrc FROM pg_catalog.pg_proc p
-                  WHERE p.oid = 'office.enqueue_run(text, text, jsonb, text, text, boolean, text, text)'::pg_catalog.regprocedure));
+                  WHERE p.oid IN (pg_catalog.to_regprocedure('office.enqueue_run(text, text, jsonb, text, text, boolean, text, text)'),
+                                  pg_catalog.to_regprocedure('office._enqueue_run_plpgsql(text, text, jsonb, text, text, boolean, text, text)'))
+                    AND p.prolang = (SELECT l.oid FROM pg_catalog.pg_language l WHERE l.lanname = 'plpgsql')
+                  ORDER BY p.proname = 'enqueue_run' DESC LIMIT 1));
             COMMENT ON FUNCTION office._enqueue_run_plpgsql(text, text, jsonb, text, text, boolean, text, text) IS
                 'Internal: the PL/pgSQL definition of office.enqueue_run, to which its C definition hands the calls it does not decide itself (sql/95_native.sql).';
             REVOKE EXECUTE ON FUNCTION office._enqueue_run_plpgsql(text, text, jsonb, text, text, boolean, text, text) FROM PUBLIC;
@@ -103,7 +109,10 @@ BEGIN
                      SET enable_bitmapscan = off
                      AS %L$create$,
                 (SELECT p.prosrc FROM pg_catalog.pg_proc p
-                  WHERE p.oid = 'office.claim_run(text, text)'::pg_catalog.regprocedure));
+                  WHERE p.oid IN (pg_catalog.to_regprocedure('office.claim_run(text, text)'),
+                                  pg_catalog.to_regprocedure('office._claim_run_plpgsql(text, text)'))
+                    AND p.prolang = (SELECT l.oid FROM pg_catalog.pg_language l WHERE l.lanname = 'plpgsql')
+                  ORDER BY p.proname = 'claim_run' DESC LIMIT 1));
             COMMENT ON FUNCTION office._claim_run_plpgsql(text, text) IS
                 'Internal: the PL/pgSQL definition of office.claim_run, to which its C definition hands a worker_id it refuses (sql/95_native.sql).';
             REVOKE EXECUTE ON FUNCTION office._claim_run_plpgsql(text, text) FROM PUBLIC;

@@ -99,8 +99,8 @@ else
 fi
 stop_pg18
 
-step "ruff" "$BIN/ruff" check controlplane tests bench migrations tools
-step "ruff format" "$BIN/ruff" format --check controlplane tests bench migrations tools
+step "ruff" "$BIN/ruff" check controlplane tests bench tools
+step "ruff format" "$BIN/ruff" format --check controlplane tests bench tools
 step "mypy --strict" "$BIN/mypy" --strict controlplane tools tests bench
 
 echo

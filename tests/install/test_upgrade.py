@@ -17,6 +17,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+import controlplane
 from controlplane import schema
 from controlplane.migrate import migrate
 
@@ -65,12 +66,12 @@ def old_extension(empty_database: str) -> Iterator[Conn]:
         yield conn
 
 
-def test_the_current_version_is_0_5_0(db: Conn) -> None:
-    # 0.5.0 (the red team's hardening, wake governance) followed 0.4.0
-    # (hardening, remembered keys, leases); the steps below stop at 0.2.0 on
-    # purpose.
-    assert schema.current_version() == "0.5.0"
-    assert version(db) == ("0.5.0", "0.5.0")
+def test_the_current_version_is_what_every_place_says(db: Conn) -> None:
+    # The control file, the package and a fresh install agree (make bump moves
+    # them together); the steps below stop at 0.2.0 on purpose.
+    current = schema.current_version()
+    assert controlplane.__version__ == current
+    assert version(db) == (current, current)
 
 
 def test_0_1_0_has_no_entry_triggered_and_enqueues(old_extension: Conn) -> None:

@@ -34,6 +34,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg import sql
 
+from tests.scenarios.keys import VECTORS
+
 Conn = psycopg.Connection[Any]
 
 #: docs/api.md §7.
@@ -142,30 +144,35 @@ _FIXTURE_ID = re.compile(r"<([a-z_]+)>")
 TICK = "2026-01-01 12:00:00+00"
 NEXT_TICK = "2026-01-02 12:00:00+00"
 
+
+def _as_text(value: Any) -> str | None:
+    """A vector's JSON argument as the text a cast to its type reads."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "{" + ",".join(json.dumps(item, ensure_ascii=False) for item in value) + "}"
+    return str(value)
+
+
+def _key_builder_recipes() -> dict[str, dict[str, str | None]]:
+    """A valid call of each key builder of docs/api.md §1: its first vector
+    with an expected key (tests/vectors/keys.json), so a new builder's
+    vectors are its recipe too."""
+    recipes: dict[str, dict[str, str | None]] = {}
+    for vector in VECTORS:
+        if vector.get("expected") is not None and "error" not in vector:
+            recipes.setdefault(
+                vector["function"], {k: _as_text(v) for k, v in vector["args"].items()}
+            )
+    return recipes
+
+
 #: A valid call of every public function: parameter -> text (cast to the
 #: parameter's type), ``<name>`` filled from the fixtures. Parameters left out
-#: take their defaults.
+#: take their defaults. The key builders' come from their vectors.
 RECIPES: dict[str, dict[str, str | None]] = {
+    **_key_builder_recipes(),
     "schema_version": {},
-    "assignment_key": {"task_id": "T", "agent_profile_id": "a1", "generation": "1"},
-    "blocker_digest": {"blocker_ids": "{B}"},
-    "blockers_resolved_key": {"blocked_task_id": "T", "blocker_ids": "{B}"},
-    "comment_key": {"comment_id": "c9", "agent_profile_id": "a1"},
-    "wake_operation_id": {
-        "parent_task_id": "P",
-        "child_set_key": "C:COMPLETED",
-        "generation": "2026-01-01 00:00:00",
-    },
-    "second_precision_text": {"ts": TICK},
-    "routine_fingerprint": {"title": "t", "description": "d", "assignee": "a1"},
-    "routine_key": {
-        "source": "cron",
-        "routine_id": "L",
-        "trigger_id": "t1",
-        "claimed_tick": TICK,
-        "routine_run_id": "rr",
-        "explicit_key": "k",
-    },
     "upsert_agent": {"id": "a9", "workspace_id": "w1", "name": "n", "status": "idle"},
     "set_agent_status": {"id": "a1", "status": "running"},
     "enqueue_run": {
@@ -528,7 +535,8 @@ def fuzz(bed: Bed, functions: list[Function]) -> tuple[int, list[str]]:
 def test_every_function_has_a_recipe(bed: Bed) -> None:
     missing = [f.signature for f in bed.functions if f.name not in RECIPES]
     assert not missing, (
-        "add a baseline recipe (a valid call) to RECIPES in tests/sql/test_fuzz_catalog.py for: "
+        "add a baseline recipe (a valid call) to RECIPES in tests/sql/test_fuzz_catalog.py"
+        " (a key builder's is its first vector in tests/vectors/keys.json) for: "
         + ", ".join(missing)
     )
     unknown = [
