@@ -30,8 +30,10 @@
 #        - bench: the benchmarks' own correctness (their SQL is the hot path
 #          the sql tier covers);
 #        - the two restart tests (a database restarted under the daemon,
-#          under a worker), which start a throwaway PostgreSQL 15 cluster of
-#          their own in either pass;
+#          under a worker) and the migrate-roles tests, which start a
+#          throwaway PostgreSQL 15 cluster of their own in either pass
+#          (the proxy tier needs plproxy, which the embedded server lacks:
+#          it skips itself there);
 #   6. ruff and mypy --strict;
 #   7. a table of the steps with their times (each pytest step has already
 #      printed its tiers, tests/tiers.py).
@@ -116,7 +118,6 @@ PLPGSQL_CONCURRENCY=(
     tests/sql/test_runs_requeue.py::test_bulk_requeues_and_cancels_in_opposite_orders_never_deadlock
     tests/sql/test_runs_bulk.py::test_opposite_bulk_calls_with_fresh_keys_do_not_deadlock
     tests/daemon/test_daemon_faults.py
-    tests/daemon/test_daemon.py::test_sigterm_mid_batch_loses_nothing_and_exits_zero
     tests/daemon/test_daemon.py::test_database_restarted_under_the_daemon
     tests/daemon/test_daemon.py::test_two_daemons_never_handle_an_event_a_tick_or_a_wakeup_twice
     tests/daemon/test_daemon.py::test_a_dead_workers_claim_is_recovered_and_its_late_finish_refused
@@ -138,6 +139,7 @@ PG18_LEAVES_OUT=(
     --ignore=tests/bench
     --deselect=tests/daemon/test_daemon.py::test_database_restarted_under_the_daemon
     --deselect=tests/daemon/test_worker.py::test_database_restarted_under_a_worker
+    --ignore=tests/install/test_migrate_roles.py
 )
 
 echo "=== unit tier (no server)"
