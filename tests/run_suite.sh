@@ -109,6 +109,7 @@ PLPGSQL_CONCURRENCY=(
     tests/sql/test_tasks_races.py
     tests/sql/test_routines_races.py
     tests/sql/test_parent_wake_races.py
+    tests/sql/test_isolation_harness.py
     tests/sql/test_wakeups_dispatchers.py
     tests/sql/test_runs_claim.py::test_eight_claimers_a_thousand_times_never_fail_and_never_double_claim
     tests/sql/test_runs_keys.py::test_sixteen_producers_mixing_repeated_keys_over_several_buckets
