@@ -34,6 +34,8 @@
 #          throwaway PostgreSQL 15 cluster of their own in either pass
 #          (the proxy tier needs plproxy, which the embedded server lacks:
 #          it skips itself there);
+#        - install/test_embedded.py, which starts embedded PostgreSQL 18
+#          homes of its own in either pass;
 #   6. ruff and mypy --strict;
 #   7. a table of the steps with their times (each pytest step has already
 #      printed its tiers, tests/tiers.py).
@@ -141,6 +143,7 @@ PG18_LEAVES_OUT=(
     --deselect=tests/daemon/test_daemon.py::test_database_restarted_under_the_daemon
     --deselect=tests/daemon/test_worker.py::test_database_restarted_under_a_worker
     --ignore=tests/install/test_migrate_roles.py
+    --ignore=tests/install/test_embedded.py
 )
 
 echo "=== unit tier (no server)"
