@@ -100,8 +100,8 @@ start_pg18() {
 
 run_pytest() {  # run_pytest PORT LABEL [PYTEST ARGS...]: every tier but the unit one, less what ARGS leave out
     local port=$1 label=$2; shift 2
-    OFFICE_TEST_HOST=127.0.0.1 OFFICE_TEST_PORT=$port OFFICE_TEST_USER=postgres OFFICE_TEST_LABEL=$label \
-        "$BIN/pytest" -p no:cacheprovider -q --ignore=tests/unit "$@" tests
+    OFFICE_TEST_DEFINITIONS=installed OFFICE_TEST_HOST=127.0.0.1 OFFICE_TEST_PORT=$port OFFICE_TEST_USER=postgres \
+        OFFICE_TEST_LABEL=$label "$BIN/pytest" -p no:cacheprovider -q --ignore=tests/unit "$@" tests
 }
 
 # The concurrency tests of step 4, by file or by test (pytest fails on a name
