@@ -1,7 +1,9 @@
 """Fixtures for every test: a fresh, committed database per test, cloned from
 a template that has ``CREATE EXTENSION office`` (pytest-postgresql, noproc),
 against the cluster that ``tests/run_suite.sh`` started
-(``OFFICE_TEST_HOST``/``PORT``/``USER``)."""
+(``OFFICE_TEST_HOST``/``PORT``/``USER``); with ``OFFICE_TEST_DEFINITIONS=plpgsql``
+the template's native functions are bound back to PL/pgSQL
+(:func:`tests.harness.create_office`)."""
 
 from __future__ import annotations
 
@@ -42,7 +44,7 @@ def _load_office(**kwargs: Any) -> None:
         dbname=kwargs["dbname"],
         autocommit=True,
     ) as conn:
-        conn.execute("CREATE EXTENSION office")
+        harness.create_office(conn)
 
 
 # One database name per process, so parallel pytest runs on one cluster never collide.

@@ -1,10 +1,13 @@
 """Helpers every test module may use: connection facts, one-value queries,
 bounded waits, concurrent callers and lock waits, throwaway clusters,
-table-read counters, and the isolation-spec runner."""
+table-read counters, the isolation-spec runner, and the install of office
+every test database gets (with the native definitions bound back to PL/pgSQL
+when the run asks for PL/pgSQL only)."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -20,7 +23,9 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import sql
 
+from controlplane import schema
 from tests import ports
+from tools import reference
 
 T = TypeVar("T")
 
@@ -38,6 +43,20 @@ PG_ISOLATION_REGRESS = Path(
     )
 )
 PG15_BIN = Path("/usr/lib/postgresql/15/bin")
+
+# OFFICE_TEST_DEFINITIONS=plpgsql: every office database the tests make has
+# its native functions bound back to PL/pgSQL right after CREATE EXTENSION,
+# so the concurrency tests meet both definitions on a server with the library
+# (tests/run_suite.sh). Unset: the definitions the install bound serve.
+DEFINITIONS = os.environ.get("OFFICE_TEST_DEFINITIONS", "installed")
+if DEFINITIONS not in ("installed", "plpgsql"):
+    raise RuntimeError(f"OFFICE_TEST_DEFINITIONS={DEFINITIONS!r}: 'plpgsql' or unset")
+PLPGSQL_ONLY = DEFINITIONS == "plpgsql"
+
+C_FUNCTIONS = (
+    "SELECT count(*) FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang"
+    " WHERE p.pronamespace = 'office'::regnamespace AND l.lanname = 'c'"
+)
 
 
 def pg_bindir() -> Path:
@@ -151,6 +170,46 @@ def wait_until_blocked(
     )
 
 
+def plpgsql_definitions() -> list[str]:
+    """CREATE OR REPLACE statements binding each native function back to its
+    definition in the capability files (CREATE OR REPLACE keeps its grants,
+    its comment, and the triggers that point at it)."""
+    natives, _ = reference.natives_and_copies()
+    statements = []
+    for name in sorted(natives):
+        for path in schema.capability_files():
+            found = re.search(
+                rf"CREATE FUNCTION office\.{name}\(.*?AS \$\$.*?\$\$;",
+                path.read_text("utf-8"),
+                re.S,
+            )
+            if found:
+                statements.append(
+                    found.group(0).replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
+                )
+                break
+        else:
+            raise AssertionError(f"office.{name}: no definition in the capability files")
+    return statements
+
+
+def bind_plpgsql(conn: psycopg.Connection[Any]) -> None:
+    """Bind every native function of this database's office back to PL/pgSQL;
+    afterwards no function of schema office is C."""
+    for statement in plpgsql_definitions():
+        conn.execute(statement)
+    left = scalar(conn, C_FUNCTIONS)
+    assert left == 0, f"{left} functions of schema office are still C after the bind-back"
+
+
+def create_office(conn: psycopg.Connection[Any]) -> None:
+    """``CREATE EXTENSION office`` on ``conn`` (autocommit), bound back to
+    PL/pgSQL when the run is PL/pgSQL only (:data:`PLPGSQL_ONLY`)."""
+    conn.execute("CREATE EXTENSION office")
+    if PLPGSQL_ONLY:
+        bind_plpgsql(conn)
+
+
 @contextmanager
 def _fresh_office_database(name: str) -> Iterator[None]:
     with psycopg.connect(conninfo("postgres"), autocommit=True) as admin:
@@ -160,7 +219,7 @@ def _fresh_office_database(name: str) -> Iterator[None]:
         admin.execute(sql.SQL("CREATE DATABASE {} TEMPLATE template0").format(sql.Identifier(name)))
     try:
         with psycopg.connect(conninfo(name), autocommit=True) as conn:
-            conn.execute("CREATE EXTENSION office")
+            create_office(conn)
         yield
     finally:
         with psycopg.connect(conninfo("postgres"), autocommit=True) as admin:

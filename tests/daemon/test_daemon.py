@@ -199,7 +199,7 @@ def test_database_restarted_under_the_daemon(private_cluster: harness.Cluster) -
         admin.execute("CREATE DATABASE office_restart")
     dsn = cluster.url("office_restart")
     with psycopg.connect(dsn, autocommit=True) as db:
-        db.execute("CREATE EXTENSION office")
+        harness.create_office(db)
         make_assignment_backlog(db, "before", tasks=400, agents=20)
 
     with daemon(dsn, "--event-batch", "20", "--event-visibility", "2s") as run:

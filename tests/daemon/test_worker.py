@@ -363,6 +363,8 @@ def test_database_restarted_under_a_worker(
     dsn = cluster.url("office_restart")
     with psycopg.connect(dsn, autocommit=True) as db:
         db.execute(schema.plain_sql(schema.install_script()).encode())
+        if harness.PLPGSQL_ONLY:
+            harness.bind_plpgsql(db)
         names = agents(db, 6)
         before = [enqueue(db, names[i % 6], i, action="sleep", seconds=0.1) for i in range(60)]
 

@@ -7,10 +7,13 @@ back to its PL/pgSQL definition from the capability files (CREATE OR REPLACE:
 the triggers keep pointing at it). The same sequence of enqueue, bulk
 enqueue, claim, heartbeat, finish, fail, retry, cancel, requeue, recovery,
 pause/resume and window settings runs on both, call by call. Every answer
-(its result, or its SQLSTATE and message) and then every observable row
-(runs, recorded keys, dedup counters, the readiness table's agents) must be
-the same, run ids compared by order of appearance. Where the library is not
-installed (the embedded PostgreSQL 18) both would be PL/pgSQL: skipped."""
+(its result, or its SQLSTATE and message, and the NOTIFYs it sent: channel
+and payload, in order, both databases listening on every channel office
+notifies on) and then every observable row (runs, recorded keys, dedup
+counters, the readiness table's agents) must be the same, run ids compared
+by order of appearance. office.notify is among the settings drawn. Where the library is not
+installed (the embedded PostgreSQL 18), or in a PL/pgSQL-only run
+(``OFFICE_TEST_DEFINITIONS=plpgsql``), both would be PL/pgSQL: skipped."""
 
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ from tools import reference
 Conn = psycopg.Connection[Any]
 
 AGENTS = ("a1", "a2", "a3")
+NATIVE_DIR = schema.sql_dir() / "native"
 KEYS = (None, "k1", "k2", "k3", "task_comment:c1:a1")
 
 _enqueue = st.tuples(
@@ -67,6 +71,9 @@ _other = st.one_of(
         st.sampled_from(("office.coalesce_window", "office.idempotency_window")),
         st.sampled_from(("", "0", "1 hour")),
     ),
+    st.tuples(
+        st.just("setting"), st.just("office.notify"), st.sampled_from(("", "every", "off", "on"))
+    ),
 )
 # Weighted towards what the native paths decide: enqueues, claims, and the
 # ends of claims (hypothesis draws one_of's branches evenly).
@@ -89,32 +96,41 @@ OPERATIONS = st.lists(
 )
 
 
-def _plpgsql_definitions() -> list[str]:
-    """CREATE OR REPLACE statements binding each native function back to its
-    definition in the capability files."""
-    natives, _ = reference.natives_and_copies()
-    statements = []
-    for name in sorted(natives):
-        for path in schema.capability_files():
-            found = re.search(
-                rf"CREATE FUNCTION office\.{name}\(.*?AS \$\$.*?\$\$;",
-                path.read_text("utf-8"),
-                re.S,
-            )
-            if found:
-                statements.append(
-                    found.group(0).replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
-                )
-                break
-        else:
-            raise AssertionError(f"office.{name}: no definition in the capability files")
-    return statements
+def _channels() -> list[str]:
+    """Every channel office notifies on: the pg_notify calls of the capability
+    files; the C definitions notify on none of their own."""
+    sql_channels = {
+        channel
+        for path in schema.capability_files()
+        for channel in re.findall(r"pg_notify\('(\w+)'", path.read_text("utf-8"))
+    }
+    c_channels = {
+        channel
+        for path in NATIVE_DIR.glob("*.c")
+        for channel in re.findall(r'Async_Notify\("(\w+)"', path.read_text("utf-8"))
+    }
+    assert c_channels and c_channels <= sql_channels, (c_channels, sql_channels)
+    return sorted(sql_channels)
 
 
 @dataclass
 class Side:
     conn: Conn
     runs: list[str] = field(default_factory=list)  # run ids by order of appearance
+    notified: list[tuple[str, str]] = field(default_factory=list)  # since the last take
+
+    def __post_init__(self) -> None:
+        # psycopg calls the handler for each notification as it reads the
+        # statement's result: a call's NOTIFYs (autocommit: sent at its
+        # commit, to this listening session too) are all here when it returns.
+        self.conn.add_notify_handler(lambda n: self.notified.append((n.channel, n.payload)))
+        for channel in _channels():
+            self.conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+
+    def take_notified(self) -> list[tuple[str, str]]:
+        taken = [(channel, self.normal(payload)) for channel, payload in self.notified]
+        self.notified.clear()
+        return taken
 
     def token(self, run_id: Any) -> Any:
         if not isinstance(run_id, str):
@@ -147,6 +163,7 @@ def _reset(side: Side) -> None:
     for agent in AGENTS:
         conn.execute("SELECT office.upsert_agent(%s, 'w')", (agent,))
     side.runs.clear()
+    side.notified.clear()
 
 
 def _call(side: Side, op: tuple[Any, ...]) -> Any:
@@ -212,10 +229,12 @@ def _call(side: Side, op: tuple[Any, ...]) -> Any:
 
 
 def _answer(side: Side, op: tuple[Any, ...]) -> Any:
+    """The call's result or error, and the NOTIFYs it sent (channel, payload)."""
     try:
-        return ("ok", _call(side, op))
+        answer: Any = ("ok", _call(side, op))
     except psycopg.Error as exc:
-        return ("error", exc.sqlstate, side.normal(str(exc.diag.message_primary)))
+        answer = ("error", exc.sqlstate, side.normal(str(exc.diag.message_primary)))
+    return (*answer, side.take_notified())
 
 
 def _state(side: Side) -> Any:
@@ -240,6 +259,8 @@ def _state(side: Side) -> Any:
 @pytest.fixture(scope="module")
 def sides() -> Iterator[tuple[Side, Side]]:
     names = [f"office_diff_{kind}_{harness.LABEL}" for kind in ("native", "plpgsql")]
+    if harness.PLPGSQL_ONLY:
+        pytest.skip("PL/pgSQL only run: both definitions would be PL/pgSQL")
     with psycopg.connect(harness.conninfo("postgres"), autocommit=True) as admin:
         libdir = harness.scalar(admin, "SELECT setting FROM pg_config WHERE name = 'PKGLIBDIR'")
         if not (Path(libdir) / "office.so").exists():
@@ -255,8 +276,7 @@ def sides() -> Iterator[tuple[Side, Side]]:
     try:
         for conn in conns:
             conn.execute("CREATE EXTENSION office")
-        for statement in _plpgsql_definitions():
-            conns[1].execute(statement)
+        harness.bind_plpgsql(conns[1])
         yield Side(conns[0]), Side(conns[1])
     finally:
         for conn in conns:
@@ -270,10 +290,7 @@ def sides() -> Iterator[tuple[Side, Side]]:
 
 def test_the_plpgsql_side_has_no_native_definition_left(sides: tuple[Side, Side]) -> None:
     native, plpgsql = sides
-    count = (
-        "SELECT count(*) FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang"
-        " WHERE p.pronamespace = 'office'::regnamespace AND l.lanname = 'c'"
-    )
+    count = harness.C_FUNCTIONS
     assert harness.scalar(native.conn, count) == len(reference.natives_and_copies()[0])
     assert harness.scalar(plpgsql.conn, count) == 0
 
