@@ -11,11 +11,12 @@ PG_CONFIG   ?= /usr/lib/postgresql/15/bin/pg_config
 # for the native helpers (sql/native/; installing them upgrades the server to
 # their version, so `make test` runs deps before it starts any cluster); pg_cron
 # for the tested pg_cron example of docs/operations.md; PL/Proxy for the
-# scale-out tests; chromium and its driver for the dashboard's browser test.
+# scale-out tests; chromium and its driver for the dashboard's browser test;
+# clang-format for the style check of sql/native/.
 DEB_PACKAGES := postgresql-15 postgresql-client-15 postgresql-server-dev-15 postgresql-15-cron \
-                postgresql-15-plproxy chromium chromium-driver
+                postgresql-15-plproxy chromium chromium-driver clang-format
 
-.PHONY: help deps venv install demo test test-unit test-fast verify generate lint typecheck bump bench clean
+.PHONY: help deps venv install demo test test-unit test-fast verify generate lint typecheck format format-check bump bench clean
 
 help:
 	@echo "make demo   run the product on the embedded PostgreSQL"
@@ -24,6 +25,7 @@ help:
 	@echo "make install  install the extension into PG_CONFIG's PostgreSQL (PGXS)"
 	@echo "make verify   fail, with a diff, when a committed generated file is stale"
 	@echo "make generate rewrite the committed generated files (docs/reference.md, the proxy script)"
+	@echo "make format   rewrite sql/native/ in its style (make format-check: fail where it differs)"
 	@echo "make bump VERSION=x.y.z  freeze the current version and start x.y.z (tools/bump.py)"
 	@echo "make bench  benchmarks (durable cluster), results in docs/benchmarks.md"
 
@@ -75,6 +77,15 @@ lint: venv
 
 typecheck: venv
 	$(BIN)/mypy --strict controlplane tools tests bench
+
+# The C of sql/native/ in its style (sql/native/.clang-format); the generated
+# constants.h is `make verify`'s.
+NATIVE_SOURCES = $(filter-out sql/native/constants.h,$(wildcard sql/native/*.c sql/native/*.h))
+format:
+	clang-format -i $(NATIVE_SOURCES)
+
+format-check:
+	clang-format --dry-run --Werror $(NATIVE_SOURCES)
 
 # Freeze the current version into sql/released/ and start VERSION
 # (tools/bump.py says what it writes; it writes nothing when it refuses).

@@ -36,7 +36,7 @@
 #          it skips itself there);
 #        - install/test_embedded.py, which starts embedded PostgreSQL 18
 #          homes of its own in either pass;
-#   6. ruff and mypy --strict;
+#   6. ruff, mypy --strict, and clang-format over sql/native/ (make format-check);
 #   7. a table of the steps with their times (each pytest step has already
 #      printed its tiers, tests/tiers.py).
 # Clusters are stopped on every exit path; the exit status is non-zero if any
@@ -173,6 +173,7 @@ stop_pg18
 step "ruff" "$BIN/ruff" check controlplane tests bench tools
 step "ruff format" "$BIN/ruff" format --check controlplane tests bench tools
 step "mypy --strict" "$BIN/mypy" --strict controlplane tools tests bench
+step "clang-format" make --no-print-directory format-check
 
 echo
 echo "=== steps (each pytest step ends with its tiers' counts and times)"

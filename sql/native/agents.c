@@ -8,10 +8,10 @@
 /* test's answer on the scan of index at the agent's entries, in snapshot */
 static bool
 look_at_agent(Oid office, const char *table, const char *index, Datum agent, Snapshot snapshot,
-			  bool (*test) (OfficeScan *s))
+			  bool (*test)(OfficeScan *s))
 {
-	OfficeScan	s;
-	bool		answer;
+	OfficeScan s;
+	bool	   answer;
 
 	scan_by_text(&s, office, table, index, agent, snapshot);
 	answer = test(&s);
@@ -34,8 +34,8 @@ bool
 profile_accepts(OfficeScan *s)
 {
 	static const char *const refusing[] = OFFICE_AGENT_STATUSES_REFUSING_RUNS;
-	bool		isnull;
-	Datum		status;
+	bool					 isnull;
+	Datum					 status;
 
 	if (!scan_next(s))
 		return false;
@@ -64,8 +64,8 @@ next_due_run(OfficeScan *s, const Datum *skip, int nskip)
 
 	while (scan_next(s))
 	{
-		bool		isnull;
-		Datum		retry = slot_getattr(s->slot, retry_attnum, &isnull);
+		bool  isnull;
+		Datum retry = slot_getattr(s->slot, retry_attnum, &isnull);
 
 		if (!isnull && DatumGetTimestampTz(retry) > now)
 			continue;
@@ -84,8 +84,8 @@ int
 agent_due_runs(Oid office, Datum agent, Snapshot snapshot, int limit,
 			   bool has_except, Datum except, bool except_null)
 {
-	OfficeScan	s;
-	int			count = 0;
+	OfficeScan s;
+	int		   count = 0;
 
 	if (has_except && except_null)
 		return 0;
@@ -105,12 +105,12 @@ bool
 least_of_agent(Oid office, const char *table, const char *index, Datum agent,
 			   const char *column_name, const char *only_null, Datum *value)
 {
-	Snapshot	snapshot = statement_snapshot();
-	OfficeScan	s;
-	int			wanted;
-	int			nullable;
-	bool		found = false;
-	bool		isnull;
+	Snapshot   snapshot = statement_snapshot();
+	OfficeScan s;
+	int		   wanted;
+	int		   nullable;
+	bool	   found = false;
+	bool	   isnull;
 
 	scan_by_text(&s, office, table, index, agent, snapshot);
 	wanted = attnum_in(s.heap, column_name);

@@ -18,12 +18,12 @@
 PG_FUNCTION_INFO_V1(office_claim_run);
 PG_FUNCTION_INFO_V1(office_finish_run);
 
-#define READY_LOOKS 8			/* the LIMIT 8s of the scan */
+#define READY_LOOKS 8 /* the LIMIT 8s of the scan */
 
 typedef struct Candidate
 {
 	Datum		agent;
-	Datum		id;				/* NULL (0): the agent has none (a stale row) */
+	Datum		id; /* NULL (0): the agent has none (a stale row) */
 	TimestampTz requested_at;
 	TimestampTz head_at;
 } Candidate;
@@ -31,9 +31,9 @@ typedef struct Candidate
 /* A growing list of text datums: the agents and runs a claim skips. */
 typedef struct Skips
 {
-	Datum	   *items;
-	int			n;
-	int			size;
+	Datum *items;
+	int	   n;
+	int	   size;
 } Skips;
 
 static void
@@ -43,7 +43,7 @@ skip_add(Skips *skips, Datum item)
 	{
 		skips->size = Max(8, 2 * skips->size);
 		skips->items = skips->items == NULL ? palloc(skips->size * sizeof(Datum)) :
-			repalloc(skips->items, skips->size * sizeof(Datum));
+											  repalloc(skips->items, skips->size * sizeof(Datum));
 	}
 	skips->items[skips->n++] = item;
 }
@@ -125,9 +125,9 @@ read_ready_rows(Oid office, Snapshot snapshot, const char *index, bool due_rows,
 /* The scans of one scan statement, each made once per agent looked at. */
 typedef struct AgentLooks
 {
-	OfficeScan	claimed;		/* idx_run_one_claimed_per_agent */
-	OfficeScan	profile;		/* agent_profiles_pkey */
-	OfficeScan	queued;			/* idx_run_agent_queued */
+	OfficeScan claimed; /* idx_run_one_claimed_per_agent */
+	OfficeScan profile; /* agent_profiles_pkey */
+	OfficeScan queued;	/* idx_run_agent_queued */
 } AgentLooks;
 
 /*
@@ -152,7 +152,7 @@ find_candidate(Oid office, Snapshot snapshot, AgentLooks *looks, Candidate *cand
 	if (next_due_run(q, skip_runs->items, skip_runs->n))
 	{
 		candidate->id = PointerGetDatum(DatumGetTextPCopy(slot_getattr(q->slot, attnum_in(q->heap, OFFICE_COLUMN_RUNS_ID),
-																		&isnull)));
+																	   &isnull)));
 		candidate->requested_at = DatumGetTimestampTz(slot_getattr(q->slot, attnum_in(q->heap, OFFICE_COLUMN_RUNS_REQUESTED_AT),
 																   &isnull));
 	}
@@ -163,11 +163,11 @@ static int
 scan_candidates(Oid office, Datum agent, const Skips *skip_agents, const Skips *skip_runs,
 				Candidate *found, Skips *stale)
 {
-	Snapshot	snapshot = statement_snapshot();
-	Candidate	ready[2 * READY_LOOKS];
-	AgentLooks	looks;
-	int			nready = 0;
-	int			nfound = 0;
+	Snapshot   snapshot = statement_snapshot();
+	Candidate  ready[2 * READY_LOOKS];
+	AgentLooks looks;
+	int		   nready = 0;
+	int		   nfound = 0;
 
 	memset(&looks, 0, sizeof(looks));
 	if (agent != (Datum) 0)
@@ -203,9 +203,9 @@ static void
 unready_agents(const Skips *agents)
 {
 	static SPIPlanPtr plan = NULL;
-	Oid			types[1] = {TEXTARRAYOID};
-	Datum		values[1] = {PointerGetDatum(construct_array(agents->items, agents->n, TEXTOID, -1, false,
-														 TYPALIGN_INT))};
+	Oid				  types[1] = {TEXTARRAYOID};
+	Datum			  values[1] = {PointerGetDatum(construct_array(agents->items, agents->n, TEXTOID, -1, false,
+																   TYPALIGN_INT))};
 
 	(void) run_kept(&plan, ANY_SCAN, "SELECT office._unready_agents($1)", 1, types, values, NULL, SPI_OK_SELECT, NULL);
 }
@@ -215,9 +215,9 @@ static bool
 claim_candidate(Datum id, text *worker, Datum *row)
 {
 	static SPIPlanPtr plan = NULL;
-	Oid			types[2] = {TEXTOID, TEXTOID};
-	Datum		values[2] = {id, PointerGetDatum(worker)};
-	char		nulls[2] = {' ', worker == NULL ? 'n' : ' '};
+	Oid				  types[2] = {TEXTOID, TEXTOID};
+	Datum			  values[2] = {id, PointerGetDatum(worker)};
+	char			  nulls[2] = {' ', worker == NULL ? 'n' : ' '};
 
 	return run_kept(&plan, NO_SEQ_OR_BITMAP_SCAN,
 					"UPDATE office.runs r SET status = 'claimed', claimed_at = pg_catalog.now(), claimed_by = $2,"
@@ -237,8 +237,8 @@ static void
 delete_ready_rows(Datum agent)
 {
 	static SPIPlanPtr plan = NULL;
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1] = {agent};
+	Oid				  types[1] = {TEXTOID};
+	Datum			  values[1] = {agent};
 
 	(void) run_kept(&plan, NO_SEQ_OR_BITMAP_SCAN,
 					"DELETE FROM office.agent_ready r WHERE r.agent_profile_id OPERATOR(pg_catalog.=) $1",
@@ -249,9 +249,9 @@ delete_ready_rows(Datum agent)
 static void
 return_row(FunctionCallInfo fcinfo, Datum row)
 {
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	ReturnSetInfo  *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	HeapTupleHeader header = DatumGetHeapTupleHeader(row);
-	HeapTupleData tuple;
+	HeapTupleData	tuple;
 
 	tuple.t_len = HeapTupleHeaderGetDatumLength(header);
 	ItemPointerSetInvalid(&tuple.t_self);
@@ -263,11 +263,11 @@ return_row(FunctionCallInfo fcinfo, Datum row)
 Datum
 office_claim_run(PG_FUNCTION_ARGS)
 {
-	text	   *worker = text_argument(fcinfo, 0, false);
-	text	   *agent = text_argument(fcinfo, 1, true);
-	Oid			office;
-	Skips		skip_agents = {NULL, 0, 0};
-	Skips		skip_runs = {NULL, 0, 0};
+	text *worker = text_argument(fcinfo, 0, false);
+	text *agent = text_argument(fcinfo, 1, true);
+	Oid	  office;
+	Skips skip_agents = {NULL, 0, 0};
+	Skips skip_runs = {NULL, 0, 0};
 
 	if (!short_text_ok(worker))
 		return hand_on(fcinfo, "_claim_run_plpgsql");
@@ -275,10 +275,10 @@ office_claim_run(PG_FUNCTION_ARGS)
 	office = get_namespace_oid("office", false);
 	for (;;)
 	{
-		Candidate	found[READY_LOOKS];
-		Skips		stale = {NULL, 0, 0};
-		int			nfound = scan_candidates(office, PointerGetDatum(agent), &skip_agents, &skip_runs,
-											 found, &stale);
+		Candidate found[READY_LOOKS];
+		Skips	  stale = {NULL, 0, 0};
+		int		  nfound = scan_candidates(office, PointerGetDatum(agent), &skip_agents, &skip_runs,
+										   found, &stale);
 
 		if (stale.n > 0)
 		{
@@ -292,10 +292,10 @@ office_claim_run(PG_FUNCTION_ARGS)
 			break;
 		for (int i = 0; i < nfound; i++)
 		{
-			text	   *candidate_agent = DatumGetTextPP(found[i].agent);
-			Snapshot	snapshot;
-			bool		busy;
-			Datum		row;
+			text	*candidate_agent = DatumGetTextPP(found[i].agent);
+			Snapshot snapshot;
+			bool	 busy;
+			Datum	 row;
 
 			if (!try_lock(lock_id(OFFICE_LOCK_RUNS_CLAIM, &candidate_agent, 1)))
 				busy = true;
@@ -340,13 +340,13 @@ Datum
 office_finish_run(PG_FUNCTION_ARGS)
 {
 	static SPIPlanPtr plan = NULL;
-	Oid			types[3] = {TEXTOID, INT4OID, TEXTOID};
-	bool		no_worker = PG_NARGS() < 3 || PG_ARGISNULL(2);
-	Datum		values[3] = {PG_ARGISNULL(0) ? (Datum) 0 : PG_GETARG_DATUM(0),
-		PG_ARGISNULL(1) ? (Datum) 0 : PG_GETARG_DATUM(1),
-	no_worker ? (Datum) 0 : PG_GETARG_DATUM(2)};
-	char		nulls[3] = {PG_ARGISNULL(0) ? 'n' : ' ', PG_ARGISNULL(1) ? 'n' : ' ', no_worker ? 'n' : ' '};
-	bool		finished;
+	Oid				  types[3] = {TEXTOID, INT4OID, TEXTOID};
+	bool			  no_worker = PG_NARGS() < 3 || PG_ARGISNULL(2);
+	Datum			  values[3] = {PG_ARGISNULL(0) ? (Datum) 0 : PG_GETARG_DATUM(0),
+					   PG_ARGISNULL(1) ? (Datum) 0 : PG_GETARG_DATUM(1),
+					   no_worker ? (Datum) 0 : PG_GETARG_DATUM(2)};
+	char nulls[3] = {PG_ARGISNULL(0) ? 'n' : ' ', PG_ARGISNULL(1) ? 'n' : ' ', no_worker ? 'n' : ' '};
+	bool finished;
 
 	finished = run_kept(&plan, NO_SEQSCAN,
 						"UPDATE office.runs r SET status = 'finished', finished_at = pg_catalog.now()"

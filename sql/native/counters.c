@@ -14,11 +14,11 @@ PG_FUNCTION_INFO_V1(office_count_dedup);
 static int
 counter_slot(void)
 {
-	int			first = MyProcPid % 64;
+	int first = MyProcPid % 64;
 
 	for (int i = 0; i < 64; i++)
 	{
-		int			slot = (first + i) % 64;
+		int slot = (first + i) % 64;
 
 		if (DatumGetBool(DirectFunctionCall2(pg_try_advisory_xact_lock_int4,
 											 Int32GetDatum(1868981101), Int32GetDatum(slot))))
@@ -32,9 +32,9 @@ void
 count_dedup(const NullableDatum *labels)
 {
 	static SPIPlanPtr plan = NULL;
-	Oid			types[4] = {INT4OID, TEXTOID, TEXTOID, TEXTOID};
-	Datum		values[4] = {Int32GetDatum(counter_slot())};
-	char		nulls[4] = {' '};
+	Oid				  types[4] = {INT4OID, TEXTOID, TEXTOID, TEXTOID};
+	Datum			  values[4] = {Int32GetDatum(counter_slot())};
+	char			  nulls[4] = {' '};
 
 	for (int i = 0; i < 3; i++)
 	{

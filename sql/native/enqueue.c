@@ -47,14 +47,14 @@ static bool
 key_served(Oid office, Snapshot snapshot, const char *table, const char *index, text *key,
 		   const char *id_column, const char *at_column, Datum *id, TimestampTz *at)
 {
-	OfficeScan	s;
-	bool		found;
+	OfficeScan s;
+	bool	   found;
 
 	scan_by_text(&s, office, table, index, PointerGetDatum(key), snapshot);
 	found = scan_next(&s);
 	if (found)
 	{
-		bool		isnull;
+		bool isnull;
 
 		*id = PointerGetDatum(DatumGetTextPCopy(slot_getattr(s.slot, attnum_in(s.heap, id_column), &isnull)));
 		*at = DatumGetTimestampTz(slot_getattr(s.slot, attnum_in(s.heap, at_column), &isnull));
@@ -73,8 +73,8 @@ static bool
 never_coalesces(text *key, bool entry)
 {
 	return entry ||
-		(key != NULL && VARSIZE_ANY_EXHDR(key) >= OFFICE_COMMENT_KEY_PREFIX_LENGTH &&
-		 memcmp(VARDATA_ANY(key), OFFICE_COMMENT_KEY_PREFIX, OFFICE_COMMENT_KEY_PREFIX_LENGTH) == 0);
+		   (key != NULL && VARSIZE_ANY_EXHDR(key) >= OFFICE_COMMENT_KEY_PREFIX_LENGTH &&
+			memcmp(VARDATA_ANY(key), OFFICE_COMMENT_KEY_PREFIX, OFFICE_COMMENT_KEY_PREFIX_LENGTH) == 0);
 }
 
 /*
@@ -117,14 +117,14 @@ bucket_has_target(Oid office, text *agent, text *reason, text *task, TimestampTz
 	key_attnum = attnum_in(s.heap, OFFICE_COLUMN_RUNS_IDEMPOTENCY_KEY);
 	while (!found && scan_next(&s))
 	{
-		bool		isnull;
-		Datum		value;
+		bool  isnull;
+		Datum value;
 
 		value = slot_getattr(s.slot, status_attnum, &isnull);
 		if (isnull || !text_is(DatumGetTextPP(value), OFFICE_RUN_QUEUED))
 			continue;
-		bool		entry;
-		bool		keyless;
+		bool entry;
+		bool keyless;
 
 		value = slot_getattr(s.slot, entry_attnum, &isnull);
 		entry = !isnull && DatumGetBool(value);
@@ -143,8 +143,8 @@ static Datum
 payload_with_ids(Datum payload, text *agent, text *task)
 {
 	JsonbParseState *state = NULL;
-	JsonbValue	value;
-	JsonbValue *object;
+	JsonbValue		 value;
+	JsonbValue		*object;
 
 	pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
 	for (int i = 0; i < (task ? 2 : 1); i++)
@@ -169,7 +169,7 @@ static bool
 insert_run(Datum *values, const char *nulls, Datum *id)
 {
 	static SPIPlanPtr plan = NULL;
-	Oid			types[6] = {TEXTOID, TEXTOID, JSONBOID, TEXTOID, TEXTOID, BOOLOID};
+	Oid				  types[6] = {TEXTOID, TEXTOID, JSONBOID, TEXTOID, TEXTOID, BOOLOID};
 
 	return run_kept(&plan, ANY_SCAN,
 					"INSERT INTO office.runs (agent_profile_id, reason, payload, idempotency_key, task_id, entry_triggered)"
@@ -202,16 +202,16 @@ insert_run(Datum *values, const char *nulls, Datum *id)
 static bool
 coalesce_into_target(text *agent, text *reason, text *task, TimestampTz since, Datum payload, Datum *id)
 {
-	static SPIPlanPtr plans[2] = {NULL, NULL};
+	static SPIPlanPtr		 plans[2] = {NULL, NULL};
 	static const char *const texts[2] = {
 		COALESCE_UPDATE("t.task_id IS NULL"),
 		COALESCE_UPDATE("t.task_id OPERATOR(pg_catalog.=) $3"),
 	};
-	int			which = task == NULL ? 0 : 1;
-	Oid			types[5] = {TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID, JSONBOID};
-	Datum		values[5] = {PointerGetDatum(agent), PointerGetDatum(reason), PointerGetDatum(task),
-	TimestampTzGetDatum(since), payload};
-	char		nulls[5] = {' ', ' ', task == NULL ? 'n' : ' ', ' ', ' '};
+	int	  which = task == NULL ? 0 : 1;
+	Oid	  types[5] = {TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID, JSONBOID};
+	Datum values[5] = {PointerGetDatum(agent), PointerGetDatum(reason), PointerGetDatum(task),
+					   TimestampTzGetDatum(since), payload};
+	char  nulls[5] = {' ', ' ', task == NULL ? 'n' : ' ', ' ', ' '};
 
 	return run_kept(&plans[which], NO_SEQSCAN, texts[which], 5, types, values, nulls,
 					SPI_OK_UPDATE_RETURNING, id);
@@ -222,8 +222,8 @@ static void
 record_key(text *key, Datum run_id)
 {
 	static SPIPlanPtr plan = NULL;
-	Oid			types[2] = {TEXTOID, TEXTOID};
-	Datum		values[2] = {PointerGetDatum(key), run_id};
+	Oid				  types[2] = {TEXTOID, TEXTOID};
+	Datum			  values[2] = {PointerGetDatum(key), run_id};
 
 	(void) run_kept(&plan, ANY_SCAN, "INSERT INTO office.run_keys_recorded (idempotency_key, run_id) VALUES ($1, $2)",
 					2, types, values, NULL, SPI_OK_INSERT, NULL);
@@ -233,9 +233,9 @@ record_key(text *key, Datum run_id)
 static Datum
 enqueue_result(FunctionCallInfo fcinfo, const char *outcome, const char *dedup_kind, Datum run_id)
 {
-	TupleDesc	descriptor;
-	Datum		values[3];
-	bool		nulls[3] = {false, dedup_kind == NULL, false};
+	TupleDesc descriptor;
+	Datum	  values[3];
+	bool	  nulls[3] = {false, dedup_kind == NULL, false};
 
 	if (get_call_result_type(fcinfo, NULL, &descriptor) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "office.enqueue_run must return office.enqueue_result");
@@ -267,7 +267,7 @@ office_enqueue_run(PG_FUNCTION_ARGS)
 		text_argument(fcinfo, 6, true) != NULL)
 		return hand_on(fcinfo, "_enqueue_run_plpgsql");
 	{
-		Jsonb	   *object = DatumGetJsonbP(payload);
+		Jsonb *object = DatumGetJsonbP(payload);
 
 		if (!JB_ROOT_IS_OBJECT(object) || strlen(JsonbToCString(NULL, &object->root, VARSIZE(object))) > 1048576 ||
 			!json_depth_ok(payload))
@@ -279,8 +279,8 @@ office_enqueue_run(PG_FUNCTION_ARGS)
 		return hand_on(fcinfo, "_enqueue_run_plpgsql");
 	office = get_namespace_oid("office", false);
 	{
-		Snapshot	snapshot = statement_snapshot();
-		bool		accepts = agent_accepts_runs(office, PointerGetDatum(agent), snapshot);
+		Snapshot snapshot = statement_snapshot();
+		bool	 accepts = agent_accepts_runs(office, PointerGetDatum(agent), snapshot);
 
 		UnregisterSnapshot(snapshot);
 		if (!accepts)
@@ -314,8 +314,8 @@ office_enqueue_run(PG_FUNCTION_ARGS)
 			const char *kind = at > now - (TimestampTz) 24 * USECS_PER_HOUR ? "windowed" : "durable";
 
 			NullableDatum labels[3] = {{CStringGetTextDatum("runs"), false},
-			{PointerGetDatum(reason), false},
-			{CStringGetTextDatum(kind), false}};
+									   {PointerGetDatum(reason), false},
+									   {CStringGetTextDatum(kind), false}};
 
 			count_dedup(labels);
 			return enqueue_result(fcinfo, "deduped", kind, run_id);
@@ -329,7 +329,7 @@ office_enqueue_run(PG_FUNCTION_ARGS)
 	payload = payload_with_ids(payload, agent, task);
 	if (!never_coalesces(key, entry))
 	{
-		text	   *bucket[3] = {agent, reason, task};
+		text *bucket[3] = {agent, reason, task};
 		/* office.coalesce_window's default: interval '5 seconds' */
 		TimestampTz since = now - 5 * USECS_PER_SEC;
 
@@ -340,8 +340,8 @@ office_enqueue_run(PG_FUNCTION_ARGS)
 			coalesce_into_target(agent, reason, task, since, payload, &run_id))
 		{
 			NullableDatum labels[3] = {{CStringGetTextDatum("runs"), false},
-			{PointerGetDatum(reason), false},
-			{CStringGetTextDatum("coalesced"), false}};
+									   {PointerGetDatum(reason), false},
+									   {CStringGetTextDatum("coalesced"), false}};
 
 			if (key != NULL)
 				record_key(key, run_id);

@@ -16,7 +16,7 @@ PG_FUNCTION_INFO_V1(office_uuid_v7);
 #define RANDOM_POOL_BYTES 4096
 
 static uint8 random_pool[RANDOM_POOL_BYTES];
-static int	random_left = 0;
+static int	 random_left = 0;
 
 static void
 random_bytes(uint8 *out, int n)
@@ -57,13 +57,13 @@ Datum
 office_uuid_v7(PG_FUNCTION_ARGS)
 {
 	/* clock_timestamp()'s clock, from the PostgreSQL epoch to Unix's */
-	int64		us = GetCurrentTimestamp() +
-		(int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY;
-	uint64		ms = (uint64) (us / 1000);
-	unsigned	fraction = (unsigned) ((us % 1000) * 4096 / 1000);
-	uint8		random[8];
-	char		text[36];
-	char	   *at = text;
+	int64 us = GetCurrentTimestamp() +
+			   (int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY;
+	uint64	 ms = (uint64) (us / 1000);
+	unsigned fraction = (unsigned) ((us % 1000) * 4096 / 1000);
+	uint8	 random[8];
+	char	 text[36];
+	char	*at = text;
 
 	random_bytes(random, sizeof(random));
 	random[0] = (random[0] & 0x3f) | 0x80;

@@ -67,10 +67,10 @@
 /* An index scan of a table in office, its rows fetched into slot. */
 typedef struct OfficeScan
 {
-	Relation	heap;
-	Relation	index;
+	Relation		heap;
+	Relation		index;
 	TupleTableSlot *slot;
-	IndexScanDesc scan;
+	IndexScanDesc	scan;
 } OfficeScan;
 
 /*
@@ -98,41 +98,41 @@ extern OFFICE_INTERNAL bool short_text_ok(text *value);
 extern OFFICE_INTERNAL bool json_depth_ok(Datum value);
 
 /* shared.c */
-extern OFFICE_INTERNAL bool text_is(text *value, const char *word);
-extern OFFICE_INTERNAL bool text_equal(Datum a, Datum b);
-extern OFFICE_INTERNAL bool text_in(Datum item, const Datum *items, int n);
-extern OFFICE_INTERNAL bool text_is_one_of(text *value, const char *const *words, int n);
-extern OFFICE_INTERNAL int compare_bytes(Datum a, Datum b);
-extern OFFICE_INTERNAL int attnum_in(Relation rel, const char *name);
-extern OFFICE_INTERNAL Datum column(HeapTuple tuple, Relation rel, const char *name, bool *isnull);
-extern OFFICE_INTERNAL bool column_is(HeapTuple tuple, Relation rel, const char *name, const char *word);
+extern OFFICE_INTERNAL bool		text_is(text *value, const char *word);
+extern OFFICE_INTERNAL bool		text_equal(Datum a, Datum b);
+extern OFFICE_INTERNAL bool		text_in(Datum item, const Datum *items, int n);
+extern OFFICE_INTERNAL bool		text_is_one_of(text *value, const char *const *words, int n);
+extern OFFICE_INTERNAL int		compare_bytes(Datum a, Datum b);
+extern OFFICE_INTERNAL int		attnum_in(Relation rel, const char *name);
+extern OFFICE_INTERNAL Datum	column(HeapTuple tuple, Relation rel, const char *name, bool *isnull);
+extern OFFICE_INTERNAL bool		column_is(HeapTuple tuple, Relation rel, const char *name, const char *word);
 extern OFFICE_INTERNAL Snapshot statement_snapshot(void);
-extern OFFICE_INTERNAL void scan_open(OfficeScan *s, Oid office, const char *table, const char *index);
-extern OFFICE_INTERNAL void text_key(OfficeScan *s, ScanKey key, int column, Datum value);
-extern OFFICE_INTERNAL void scan_start(OfficeScan *s, Snapshot snapshot, ScanKey keys, int nkeys);
-extern OFFICE_INTERNAL void scan_by_text(OfficeScan *s, Oid office, const char *table, const char *index, Datum value, Snapshot snapshot);
-extern OFFICE_INTERNAL void scan_at(OfficeScan *s, Oid office, const char *table, const char *index, Datum value, Snapshot snapshot);
-extern OFFICE_INTERNAL bool scan_next(OfficeScan *s);
-extern OFFICE_INTERNAL void scan_end(OfficeScan *s);
-extern OFFICE_INTERNAL bool run_kept(SPIPlanPtr *plan, KeptScans scans, const char *query, int nargs, Oid *types, Datum *values, const char *nulls, int expect, Datum *first);
-extern OFFICE_INTERNAL Datum hand_on(FunctionCallInfo fcinfo, const char *portable);
-extern OFFICE_INTERNAL text *text_argument(FunctionCallInfo fcinfo, int n, bool empty_is_null);
-extern OFFICE_INTERNAL int64 lock_id(const char *prefix, text **parts, int nparts);
-extern OFFICE_INTERNAL bool try_lock(int64 id);
+extern OFFICE_INTERNAL void		scan_open(OfficeScan *s, Oid office, const char *table, const char *index);
+extern OFFICE_INTERNAL void		text_key(OfficeScan *s, ScanKey key, int column, Datum value);
+extern OFFICE_INTERNAL void		scan_start(OfficeScan *s, Snapshot snapshot, ScanKey keys, int nkeys);
+extern OFFICE_INTERNAL void		scan_by_text(OfficeScan *s, Oid office, const char *table, const char *index, Datum value, Snapshot snapshot);
+extern OFFICE_INTERNAL void		scan_at(OfficeScan *s, Oid office, const char *table, const char *index, Datum value, Snapshot snapshot);
+extern OFFICE_INTERNAL bool		scan_next(OfficeScan *s);
+extern OFFICE_INTERNAL void		scan_end(OfficeScan *s);
+extern OFFICE_INTERNAL bool		run_kept(SPIPlanPtr *plan, KeptScans scans, const char *query, int nargs, Oid *types, Datum *values, const char *nulls, int expect, Datum *first);
+extern OFFICE_INTERNAL Datum	hand_on(FunctionCallInfo fcinfo, const char *portable);
+extern OFFICE_INTERNAL text	   *text_argument(FunctionCallInfo fcinfo, int n, bool empty_is_null);
+extern OFFICE_INTERNAL int64	lock_id(const char *prefix, text **parts, int nparts);
+extern OFFICE_INTERNAL bool		try_lock(int64 id);
 
 /* agents.c */
 extern OFFICE_INTERNAL bool agent_busy(Oid office, Datum agent, Snapshot snapshot);
 extern OFFICE_INTERNAL bool profile_accepts(OfficeScan *s);
 extern OFFICE_INTERNAL bool agent_accepts_runs(Oid office, Datum agent, Snapshot snapshot);
 extern OFFICE_INTERNAL bool next_due_run(OfficeScan *s, const Datum *skip, int nskip);
-extern OFFICE_INTERNAL int agent_due_runs(Oid office, Datum agent, Snapshot snapshot, int limit, bool has_except, Datum except, bool except_null);
+extern OFFICE_INTERNAL int	agent_due_runs(Oid office, Datum agent, Snapshot snapshot, int limit, bool has_except, Datum except, bool except_null);
 extern OFFICE_INTERNAL bool least_of_agent(Oid office, const char *table, const char *index, Datum agent, const char *column_name, const char *only_null, Datum *value);
 
 /* signal.c */
 extern OFFICE_INTERNAL NotifyMode notify_mode(void);
-extern OFFICE_INTERNAL void signal_run(Oid office, NotifyMode mode, Datum agent, bool agent_null, Datum run_id, bool run_null);
+extern OFFICE_INTERNAL void		  signal_run(Oid office, NotifyMode mode, Datum agent, bool agent_null, Datum run_id, bool run_null);
 
 /* counters.c */
 extern OFFICE_INTERNAL void count_dedup(const NullableDatum *labels);
 
-#endif							/* OFFICE_NATIVE_H */
+#endif /* OFFICE_NATIVE_H */

@@ -17,8 +17,8 @@ static void
 insert_ready_row(Datum agent, Datum head)
 {
 	static SPIPlanPtr plan = NULL;
-	Oid			types[2] = {TEXTOID, TIMESTAMPTZOID};
-	Datum		values[2] = {agent, head};
+	Oid				  types[2] = {TEXTOID, TIMESTAMPTZOID};
+	Datum			  values[2] = {agent, head};
 
 	(void) run_kept(&plan, ANY_SCAN, "INSERT INTO office.agent_ready (agent_profile_id, head_at) VALUES ($1, $2)",
 					2, types, values, NULL, SPI_OK_INSERT, NULL);
@@ -28,16 +28,16 @@ Datum
 office_ready_agents(PG_FUNCTION_ARGS)
 {
 	TriggerData *trigger = (TriggerData *) fcinfo->context;
-	Relation	rel;
-	HeapTuple	new_row = NULL;
-	HeapTuple	old_row = NULL;
-	bool		on_agents;
-	bool		on_insert;
-	Datum		agents[2];
-	int			count = 0;
-	Datum		head = (Datum) 0;
-	bool		have_head = false;
-	Oid			office;
+	Relation	 rel;
+	HeapTuple	 new_row = NULL;
+	HeapTuple	 old_row = NULL;
+	bool		 on_agents;
+	bool		 on_insert;
+	Datum		 agents[2];
+	int			 count = 0;
+	Datum		 head = (Datum) 0;
+	bool		 have_head = false;
+	Oid			 office;
 
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		ereport(ERROR,
@@ -59,14 +59,14 @@ office_ready_agents(PG_FUNCTION_ARGS)
 	if (on_agents)
 	{
 		/* (the WHEN clause: it accepts runs, and did not or had another id) */
-		bool		isnull;
+		bool isnull;
 
 		agents[count++] = column(new_row, rel, OFFICE_COLUMN_AGENT_PROFILES_ID, &isnull);
 	}
 	else if (on_insert)
 	{
 		/* a run inserted queued (no WHEN clause): its requested_at is the head */
-		bool		isnull;
+		bool isnull;
 
 		if (!column_is(new_row, rel, OFFICE_COLUMN_RUNS_STATUS, OFFICE_RUN_QUEUED))
 			return PointerGetDatum(NULL);
@@ -77,8 +77,8 @@ office_ready_agents(PG_FUNCTION_ARGS)
 	else
 	{
 		/* a run queued again, a claim that ended (no WHEN clause: any other update readies none) */
-		bool		isnull;
-		Datum		old_agent = column(old_row, rel, OFFICE_COLUMN_RUNS_AGENT_PROFILE_ID, &isnull);
+		bool  isnull;
+		Datum old_agent = column(old_row, rel, OFFICE_COLUMN_RUNS_AGENT_PROFILE_ID, &isnull);
 
 		if (new_row != NULL && column_is(new_row, rel, OFFICE_COLUMN_RUNS_STATUS, OFFICE_RUN_QUEUED))
 		{
@@ -106,20 +106,20 @@ office_ready_agents(PG_FUNCTION_ARGS)
 	office = get_namespace_oid("office", false);
 	for (int i = 0; i < count; i++)
 	{
-		text	   *agent = DatumGetTextPP(agents[i]);
+		text		  *agent = DatumGetTextPP(agents[i]);
 		StringInfoData name;
-		bool		look;
-		Datum		listed;
+		bool		   look;
+		Datum		   listed;
 
 		initStringInfo(&name);
 		appendStringInfoString(&name, OFFICE_LOCK_RUNS_READY);
 		appendBinaryStringInfo(&name, VARDATA_ANY(agent), VARSIZE_ANY_EXHDR(agent));
 		look = XactIsoLevel == XACT_READ_COMMITTED &&
-			DatumGetBool(DirectFunctionCall1(pg_try_advisory_xact_lock_shared_int8,
-											 DirectFunctionCall2Coll(hashtextextended,
-																	 DEFAULT_COLLATION_OID,
-																	 PointerGetDatum(cstring_to_text_with_len(name.data, name.len)),
-																	 Int64GetDatum(0))));
+			   DatumGetBool(DirectFunctionCall1(pg_try_advisory_xact_lock_shared_int8,
+												DirectFunctionCall2Coll(hashtextextended,
+																		DEFAULT_COLLATION_OID,
+																		PointerGetDatum(cstring_to_text_with_len(name.data, name.len)),
+																		Int64GetDatum(0))));
 		pfree(name.data);
 		if (on_agents || !on_insert)
 		{

@@ -11,10 +11,10 @@ PG_MODULE_MAGIC;
 bool
 text_is(text *value, const char *word)
 {
-	size_t		length = strlen(word);
+	size_t length = strlen(word);
 
 	return VARSIZE_ANY_EXHDR(value) == length &&
-		memcmp(VARDATA_ANY(value), word, length) == 0;
+		   memcmp(VARDATA_ANY(value), word, length) == 0;
 }
 
 /* Whether value is one of the n words. */
@@ -30,11 +30,11 @@ text_is_one_of(text *value, const char *const *words, int n)
 bool
 text_equal(Datum a, Datum b)
 {
-	text	   *x = DatumGetTextPP(a);
-	text	   *y = DatumGetTextPP(b);
+	text *x = DatumGetTextPP(a);
+	text *y = DatumGetTextPP(b);
 
 	return VARSIZE_ANY_EXHDR(x) == VARSIZE_ANY_EXHDR(y) &&
-		memcmp(VARDATA_ANY(x), VARDATA_ANY(y), VARSIZE_ANY_EXHDR(x)) == 0;
+		   memcmp(VARDATA_ANY(x), VARDATA_ANY(y), VARSIZE_ANY_EXHDR(x)) == 0;
 }
 
 /* Whether item equals one of the n texts of items. */
@@ -51,11 +51,11 @@ text_in(Datum item, const Datum *items, int n)
 int
 compare_bytes(Datum a, Datum b)
 {
-	text	   *x = DatumGetTextPP(a);
-	text	   *y = DatumGetTextPP(b);
-	int			lx = VARSIZE_ANY_EXHDR(x);
-	int			ly = VARSIZE_ANY_EXHDR(y);
-	int			c = memcmp(VARDATA_ANY(x), VARDATA_ANY(y), Min(lx, ly));
+	text *x = DatumGetTextPP(a);
+	text *y = DatumGetTextPP(b);
+	int	  lx = VARSIZE_ANY_EXHDR(x);
+	int	  ly = VARSIZE_ANY_EXHDR(y);
+	int	  c = memcmp(VARDATA_ANY(x), VARDATA_ANY(y), Min(lx, ly));
 
 	return c != 0 ? c : (lx > ly) - (lx < ly);
 }
@@ -63,7 +63,7 @@ compare_bytes(Datum a, Datum b)
 static Oid
 office_relation(Oid office, const char *name)
 {
-	Oid			relid = get_relname_relid(name, office);
+	Oid relid = get_relname_relid(name, office);
 
 	if (!OidIsValid(relid))
 		ereport(ERROR,
@@ -76,7 +76,7 @@ office_relation(Oid office, const char *name)
 int
 attnum_in(Relation rel, const char *name)
 {
-	int			attnum = SPI_fnumber(RelationGetDescr(rel), name);
+	int attnum = SPI_fnumber(RelationGetDescr(rel), name);
 
 	if (attnum <= 0)
 		ereport(ERROR,
@@ -95,8 +95,8 @@ column(HeapTuple tuple, Relation rel, const char *name, bool *isnull)
 bool
 column_is(HeapTuple tuple, Relation rel, const char *name, const char *word)
 {
-	bool		isnull;
-	Datum		value = column(tuple, rel, name, &isnull);
+	bool  isnull;
+	Datum value = column(tuple, rel, name, &isnull);
 
 	return !isnull && text_is(DatumGetTextPP(value), word);
 }
@@ -203,7 +203,7 @@ scan_end(OfficeScan *s)
 static int
 prefer_indexes(bool bitmaps_too)
 {
-	int			nest = NewGUCNestLevel();
+	int nest = NewGUCNestLevel();
 
 	(void) set_config_option("enable_seqscan", "off", PGC_USERSET, PGC_S_SESSION,
 							 GUC_ACTION_SAVE, true, 0, false);
@@ -225,14 +225,14 @@ bool
 run_kept(SPIPlanPtr *plan, KeptScans scans, const char *query, int nargs, Oid *types,
 		 Datum *values, const char *nulls, int expect, Datum *first)
 {
-	int			nest = scans == ANY_SCAN ? 0 : prefer_indexes(scans == NO_SEQ_OR_BITMAP_SCAN);
-	bool		processed;
+	int	 nest = scans == ANY_SCAN ? 0 : prefer_indexes(scans == NO_SEQ_OR_BITMAP_SCAN);
+	bool processed;
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	if (*plan == NULL)
 	{
-		SPIPlanPtr	prepared = SPI_prepare(query, nargs, types);
+		SPIPlanPtr prepared = SPI_prepare(query, nargs, types);
 
 		if (prepared == NULL || SPI_keepplan(prepared) != 0)
 			elog(ERROR, "could not prepare: %s", query);
@@ -243,7 +243,7 @@ run_kept(SPIPlanPtr *plan, KeptScans scans, const char *query, int nargs, Oid *t
 	processed = SPI_processed > 0;
 	if (processed && first != NULL)
 	{
-		bool		isnull;
+		bool isnull;
 
 		*first = SPI_datumTransfer(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull),
 								   false, -1);
@@ -262,12 +262,12 @@ run_kept(SPIPlanPtr *plan, KeptScans scans, const char *query, int nargs, Oid *t
 Datum
 hand_on(FunctionCallInfo fcinfo, const char *portable)
 {
-	Oid		   *types;
-	int			nargs;
-	Oid			function;
-	FmgrInfo	flinfo;
+	Oid		*types;
+	int		 nargs;
+	Oid		 function;
+	FmgrInfo flinfo;
 	LOCAL_FCINFO(call, 8);
-	Datum		result;
+	Datum result;
 
 	(void) get_func_signature(fcinfo->flinfo->fn_oid, &types, &nargs);
 	Assert(nargs <= 8 && nargs == fcinfo->nargs);
@@ -287,7 +287,7 @@ hand_on(FunctionCallInfo fcinfo, const char *portable)
 text *
 text_argument(FunctionCallInfo fcinfo, int n, bool empty_is_null)
 {
-	text	   *value;
+	text *value;
 
 	if (PG_ARGISNULL(n))
 		return NULL;

@@ -22,7 +22,7 @@ notify_agent(Datum agent, bool isnull)
 static Datum
 first_element(ArrayType *array, bool *isnull)
 {
-	int			lower;
+	int lower;
 
 	*isnull = true;
 	if (array == NULL || ARR_NDIM(array) != 1)
@@ -30,20 +30,20 @@ first_element(ArrayType *array, bool *isnull)
 	lower = ARR_LBOUND(array)[0];
 	if (lower > 1 || lower + ARR_DIMS(array)[0] - 1 < 1)
 		return (Datum) 0;
-	return array_get_element(PointerGetDatum(array), 1, (int[]) {1}, -1, -1, false,
+	return array_get_element(PointerGetDatum(array), 1, (int[]){1}, -1, -1, false,
 							 TYPALIGN_INT, isnull);
 }
 
 typedef struct AgentGroup
 {
-	int			first;			/* index of the agent's first run */
-	int			runs;			/* how many runs of the call it has */
+	int first; /* index of the agent's first run */
+	int runs;  /* how many runs of the call it has */
 } AgentGroup;
 
 typedef struct SortContext
 {
-	Datum	   *agents;
-	bool	   *nulls;
+	Datum *agents;
+	bool  *nulls;
 } SortContext;
 
 /* NULLs together, then by bytes: GROUP BY's equality under the collation */
@@ -51,8 +51,8 @@ static int
 compare_agents(const void *a, const void *b, void *arg)
 {
 	SortContext *context = (SortContext *) arg;
-	int			x = *(const int *) a;
-	int			y = *(const int *) b;
+	int			 x = *(const int *) a;
+	int			 y = *(const int *) b;
 
 	if (context->nulls[x] || context->nulls[y])
 	{
@@ -61,11 +61,11 @@ compare_agents(const void *a, const void *b, void *arg)
 		return context->nulls[x] ? -1 : 1;
 	}
 	{
-		text	   *tx = DatumGetTextPP(context->agents[x]);
-		text	   *ty = DatumGetTextPP(context->agents[y]);
-		int			lx = VARSIZE_ANY_EXHDR(tx);
-		int			ly = VARSIZE_ANY_EXHDR(ty);
-		int			c = memcmp(VARDATA_ANY(tx), VARDATA_ANY(ty), Min(lx, ly));
+		text *tx = DatumGetTextPP(context->agents[x]);
+		text *ty = DatumGetTextPP(context->agents[y]);
+		int	  lx = VARSIZE_ANY_EXHDR(tx);
+		int	  ly = VARSIZE_ANY_EXHDR(ty);
+		int	  c = memcmp(VARDATA_ANY(tx), VARDATA_ANY(ty), Min(lx, ly));
 
 		if (c != 0)
 			return c;
@@ -93,7 +93,7 @@ notify_mode(void)
 		return NOTIFY_EVERY;
 	if (strcmp(mode, "off") != 0)
 	{
-		char	   *shown = pstrdup(mode);
+		char *shown = pstrdup(mode);
 
 		shown[pg_mbcharcliplen(shown, strlen(shown), 200)] = '\0';
 		ereport(ERROR,
@@ -112,9 +112,9 @@ signal_run(Oid office, NotifyMode mode, Datum agent, bool agent_null, Datum run_
 		return;
 	if (mode == NOTIFY_EDGE && !agent_null)
 	{
-		Snapshot	snapshot = statement_snapshot();
-		bool		quiet = agent_busy(office, agent, snapshot) ||
-			agent_due_runs(office, agent, snapshot, 1, true, run_id, run_null) > 0;
+		Snapshot snapshot = statement_snapshot();
+		bool	 quiet = agent_busy(office, agent, snapshot) ||
+					 agent_due_runs(office, agent, snapshot, 1, true, run_id, run_null) > 0;
 
 		UnregisterSnapshot(snapshot);
 		if (quiet)
@@ -126,13 +126,13 @@ signal_run(Oid office, NotifyMode mode, Datum agent, bool agent_null, Datum run_
 Datum
 office_signal_runs(PG_FUNCTION_ARGS)
 {
-	NotifyMode	mode = notify_mode();
-	bool		edge = mode == NOTIFY_EDGE;
-	ArrayType  *agents = PG_ARGISNULL(0) ? NULL : PG_GETARG_ARRAYTYPE_P(0);
-	ArrayType  *run_ids = PG_ARGISNULL(1) ? NULL : PG_GETARG_ARRAYTYPE_P(1);
-	int			count = agents ? ArrayGetNItems(ARR_NDIM(agents), ARR_DIMS(agents)) : 0;
-	Oid			office;
-	Snapshot	snapshot;
+	NotifyMode mode = notify_mode();
+	bool	   edge = mode == NOTIFY_EDGE;
+	ArrayType *agents = PG_ARGISNULL(0) ? NULL : PG_GETARG_ARRAYTYPE_P(0);
+	ArrayType *run_ids = PG_ARGISNULL(1) ? NULL : PG_GETARG_ARRAYTYPE_P(1);
+	int		   count = agents ? ArrayGetNItems(ARR_NDIM(agents), ARR_DIMS(agents)) : 0;
+	Oid		   office;
+	Snapshot   snapshot;
 
 	if (mode == NOTIFY_OFF || count == 0)
 		PG_RETURN_VOID();
@@ -140,10 +140,10 @@ office_signal_runs(PG_FUNCTION_ARGS)
 
 	if (count == 1)
 	{
-		bool		agent_null;
-		bool		run_null;
-		Datum		agent = first_element(agents, &agent_null);
-		Datum		run_id = first_element(run_ids, &run_null);
+		bool  agent_null;
+		bool  run_null;
+		Datum agent = first_element(agents, &agent_null);
+		Datum run_id = first_element(run_ids, &run_null);
 
 		signal_run(office, mode, agent, agent_null, run_id, run_null);
 		PG_RETURN_VOID();
@@ -184,7 +184,7 @@ office_signal_runs(PG_FUNCTION_ARGS)
 		snapshot = edge ? statement_snapshot() : NULL;
 		for (int g = 0; g < ngroups; g++)
 		{
-			int			i = groups[g].first;
+			int i = groups[g].first;
 
 			if (edge && !nulls[i] &&
 				(agent_busy(office, elements[i], snapshot) ||

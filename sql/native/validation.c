@@ -25,9 +25,9 @@ argument_name(FunctionCallInfo fcinfo)
 static bool
 has_control_character(text *value, int length)
 {
-	int			bytes = VARSIZE_ANY_EXHDR(value);
-	pg_wchar   *chars = palloc((length + 1) * sizeof(pg_wchar));
-	bool		found = false;
+	int		  bytes = VARSIZE_ANY_EXHDR(value);
+	pg_wchar *chars = palloc((length + 1) * sizeof(pg_wchar));
+	bool	  found = false;
 
 	length = pg_mb2wchar_with_len(VARDATA_ANY(value), chars, bytes);
 	for (int i = 0; i < length && !found; i++)
@@ -40,7 +40,7 @@ has_control_character(text *value, int length)
 bool
 short_text_ok(text *value)
 {
-	int			length;
+	int length;
 
 	if (value == NULL)
 		return true;
@@ -51,9 +51,9 @@ short_text_ok(text *value)
 Datum
 office_check_short_text(PG_FUNCTION_ARGS)
 {
-	text	   *value;
-	int			bytes;
-	int			length;
+	text *value;
+	int	  bytes;
+	int	  length;
 
 	if (PG_ARGISNULL(1))
 		PG_RETURN_NULL();
@@ -62,7 +62,7 @@ office_check_short_text(PG_FUNCTION_ARGS)
 	length = pg_mbstrlen_with_len(VARDATA_ANY(value), bytes);
 	if (length > 200)
 	{
-		char	   *head = text_to_cstring(value);
+		char *head = text_to_cstring(value);
 
 		head[pg_mbcharcliplen(head, bytes, 40)] = '\0';
 		ereport(ERROR,
@@ -106,11 +106,11 @@ term_and(Term a, Term b)
 bool
 json_depth_ok(Datum value)
 {
-	Jsonb	   *document;
-	JsonbIterator *iterator;
-	JsonbValue	item;
+	Jsonb			  *document;
+	JsonbIterator	  *iterator;
+	JsonbValue		   item;
 	JsonbIteratorToken token;
-	int			depth = 0;
+	int				   depth = 0;
 
 	if (toast_raw_datum_size(value) <= 8 * OFFICE_JSON_DEPTH)
 		return true;
@@ -139,13 +139,13 @@ json_depth_ok(Datum value)
 Datum
 office_run_row_valid(PG_FUNCTION_ARGS)
 {
-	Term		result = TERM_TRUE;
+	Term result = TERM_TRUE;
 
 	if (PG_ARGISNULL(0))
 		result = term_and(result, TERM_NULL);
 	else
 	{
-		text	   *status = PG_GETARG_TEXT_PP(0);
+		text *status = PG_GETARG_TEXT_PP(0);
 
 		if (!(text_is(status, OFFICE_RUN_QUEUED) || text_is(status, OFFICE_RUN_CLAIMED) ||
 			  text_is(status, OFFICE_RUN_FINISHED) || text_is(status, OFFICE_RUN_FAILED) ||
@@ -161,16 +161,16 @@ office_run_row_valid(PG_FUNCTION_ARGS)
 	else
 	{
 		/* the root container's header alone says what the value is */
-		Jsonb	   *payload = (Jsonb *) PG_DETOAST_DATUM_SLICE(PG_GETARG_DATUM(2), 0,
-															   sizeof(uint32));
+		Jsonb *payload = (Jsonb *) PG_DETOAST_DATUM_SLICE(PG_GETARG_DATUM(2), 0,
+														  sizeof(uint32));
 
 		if (!JB_ROOT_IS_OBJECT(payload))
 			result = TERM_FALSE;
 	}
 	if (!PG_ARGISNULL(3))
 	{
-		text	   *key = PG_GETARG_TEXT_PP(3);
-		int			bytes = VARSIZE_ANY_EXHDR(key);
+		text *key = PG_GETARG_TEXT_PP(3);
+		int	  bytes = VARSIZE_ANY_EXHDR(key);
 
 		/* a character is at least a byte: count them only past 512 bytes */
 		if (bytes == 0 ||
