@@ -99,6 +99,14 @@ def _database(obj: Context) -> str:
     help="Seconds the runs in flight get to finish on SIGTERM/SIGINT.",
 )
 @click.option(
+    "--timeout",
+    type=SECONDS,
+    default=None,
+    metavar="SECONDS",
+    help="Fail a run retryably when its handler runs longer (an async handler is"
+    " cancelled, a sync one abandoned); default: no limit.",
+)
+@click.option(
     "--metrics-port",
     type=click.IntRange(min=0, max=65535),
     help="Serve Prometheus metrics on this port (0: any free port; default: none).",
@@ -118,13 +126,16 @@ def worker(
     heartbeat: float,
     poll: float,
     grace: float,
+    timeout: float | None,
     metrics_port: int | None,
     metrics_host: str,
     log_format: str,
 ) -> None:
     """Run HANDLER (module:function, a plain function or an async def) for
     every claimed run: returning finishes the run, raising
-    controlplane.worker.Retry(delay) retries it, raising anything else fails
+    controlplane.worker.Retry(delay) retries it, raising
+    controlplane.worker.Transient fails it retryably (queued again after the
+    agent's back-off while retries are left), raising anything else fails
     it. Heartbeats keep the claim; SIGTERM/SIGINT stops claiming, gives the
     runs in flight --grace seconds and hands back the rest."""
     try:
@@ -148,6 +159,7 @@ def worker(
         "heartbeat": heartbeat,
         "poll": poll,
         "grace": grace,
+        "timeout": timeout,
     }
     worker_metrics_for()  # every series is served from the start
     server = None

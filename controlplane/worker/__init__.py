@@ -22,12 +22,24 @@ them (:mod:`controlplane.cli.worker`).
 * **Heartbeats.** Every ``heartbeat`` seconds, ``heartbeat_run(id, attempt)``
   for each run in flight, on a connection of the worker's own (a slow
   handler or a busy pool cannot starve it). False means the run was taken
-  away (recovered, cancelled, claimed again): an async handler is cancelled,
-  a sync one is left to finish; either way its outcome is not written, and
-  one WARNING names the run.
+  away (recovered, cancelled, claimed again, stopped by a budget): an async
+  handler is cancelled, a sync one is told through its context's
+  ``cancelled``; either way its outcome is not written, and one WARNING names
+  the run.
 * **Outcomes.** The handler returns → ``finish_run``; it raises
-  :class:`Retry` → ``retry_run`` with its delay; anything else →
-  ``fail_run`` with ``"<ExceptionType>: <message>"`` cut to 64 KiB. Every
+  :class:`Retry` → ``retry_run`` with its delay; it raises
+  :class:`Transient` (or an exception of a type given as ``transient=``) →
+  ``fail_run(..., retryable => true)``, which queues the run again after the
+  agent's back-off while its ``max_retries`` allow (docs/api.md §9); anything
+  else → ``fail_run`` with ``"<ExceptionType>: <message>"`` cut to 64 KiB.
+* **Timeout.** With ``timeout=`` seconds, a handler still running after it
+  fails its run retryably (:class:`HandlerTimeout`): an async handler is
+  cancelled; a sync one cannot be stopped, so its thread is abandoned to it
+  (a new thread takes its place, and what it returns is not written).
+* **The run's context.** :func:`current_run_context` gives a handler its
+  run and ``cancelled``, an event set when the run is no longer the
+  worker's (a refused heartbeat, the timeout): a sync handler checks it
+  between steps, since only an async one can be cancelled from outside. Every
   write (and every heartbeat) is fenced by ``attempt`` and, on a 0.5.0
   schema, by the worker's id, so a write that comes late (after an outage,
   after the run was recovered) is exactly right or refused, and no other
@@ -51,10 +63,13 @@ returned), ``office_worker_handler_seconds``,
 from __future__ import annotations
 
 from controlplane.worker.aio import AsyncWorker
+from controlplane.worker.context import RunContext, current_run_context
 from controlplane.worker.core import CHANNEL, default_worker_id
 from controlplane.worker.handler import (
     HandlerError,
+    HandlerTimeout,
     Retry,
+    Transient,
     UndecodableRun,
     failure_text,
     is_async_handler,
@@ -67,10 +82,14 @@ __all__ = [
     "CHANNEL",
     "AsyncWorker",
     "HandlerError",
+    "HandlerTimeout",
     "Retry",
+    "RunContext",
+    "Transient",
     "UndecodableRun",
     "Worker",
     "WorkerMetrics",
+    "current_run_context",
     "default_worker_id",
     "failure_text",
     "is_async_handler",

@@ -27,7 +27,13 @@ from controlplane.worker.core import (
     _Slot,
     _State,
 )
-from controlplane.worker.handler import _Kind, _Outcome, _outcome_of, refuse_undecodable
+from controlplane.worker.handler import (
+    HandlerTimeout,
+    _Kind,
+    _Outcome,
+    _outcome_of,
+    refuse_undecodable,
+)
 
 
 class AsyncWorker(WorkerBase[AsyncOffice, Callable[[Run], Awaitable[object]]]):
@@ -211,22 +217,37 @@ class AsyncWorker(WorkerBase[AsyncOffice, Callable[[Run], Awaitable[object]]]):
     async def _handle(self, slot: _Slot) -> None:
         core = self._core
         started = time.perf_counter()
+        token = slot.enter()
+        # The context is told before the handler is cancelled, so a handler
+        # that catches the cancellation knows why.
+        timer = (
+            None
+            if core.timeout is None
+            else asyncio.get_running_loop().call_later(core.timeout, self._time_out, slot)
+        )
         try:
             refuse_undecodable(slot.run)
             await self.handler(slot.run)
         except asyncio.CancelledError:
-            core.metrics.handler_seconds.observe(time.perf_counter() - started)
-            if slot.state is _State.LOST:  # cancelled by this worker: no longer ours
-                core.end(slot)
-                self._wake.set()
-                return
-            if slot.state is _State.RETURNED:  # ended by its hand-back
-                return
-            raise
+            if slot.abandoned and slot.state is _State.RUNNING:  # our timeout's cancellation
+                outcome = _outcome_of(HandlerTimeout(core.timeout or 0.0), core.transient)
+            else:
+                core.metrics.handler_seconds.observe(time.perf_counter() - started)
+                if slot.state is _State.LOST:  # cancelled by this worker: no longer ours
+                    core.end(slot)
+                    self._wake.set()
+                    return
+                if slot.state is _State.RETURNED:  # ended by its hand-back
+                    return
+                raise
         except Exception as exc:
-            outcome = _outcome_of(exc)
+            outcome = _outcome_of(exc, core.transient)
         else:
             outcome = _outcome_of(None)
+        finally:
+            slot.leave(token)
+            if timer is not None:
+                timer.cancel()
         seconds = time.perf_counter() - started
         core.metrics.handler_seconds.observe(seconds)
         try:
@@ -236,6 +257,15 @@ class AsyncWorker(WorkerBase[AsyncOffice, Callable[[Run], Awaitable[object]]]):
             if slot.state is not _State.RETURNED:  # a returned run is ended by its hand-back
                 core.end(slot)
             self._wake.set()
+
+    def _time_out(self, slot: _Slot) -> None:
+        """The handler is past ``timeout``: tell it, then cancel it; its run
+        is failed retryably (:class:`HandlerTimeout`)."""
+        if slot.state is not _State.RUNNING or slot.task is None:
+            return
+        slot.abandoned = True
+        self._core.timed_out(slot)
+        slot.task.cancel()
 
     async def _write(self, slot: _Slot, outcome: _Outcome, seconds: float) -> None:
         core, run = self._core, slot.run
@@ -253,7 +283,11 @@ class AsyncWorker(WorkerBase[AsyncOffice, Callable[[Run], Awaitable[object]]]):
                     )
                 else:
                     changed = await self.office.fail_run(
-                        run.id, run.attempt, outcome.message, worker_id=core.worker_id
+                        run.id,
+                        run.attempt,
+                        outcome.message,
+                        retryable=outcome.retryable,
+                        worker_id=core.worker_id,
                     )
             except Exception as exc:
                 streak += 1

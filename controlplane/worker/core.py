@@ -13,7 +13,7 @@ import signal
 import socket
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -24,6 +24,7 @@ from controlplane.client import Flow, Operations
 from controlplane.daemon.loop import DatabaseHealth, is_connection_error
 from controlplane.models import Run
 from controlplane.observability import Reporter
+from controlplane.worker.context import RunContext, _current
 from controlplane.worker.handler import (
     _Kind,
     _one_line,
@@ -62,6 +63,7 @@ class _State(Enum):
     WRITING = "writing"  # its outcome is being written
     LOST = "lost"  # taken away: nothing is written
     RETURNED = "returned"  # handed back at shutdown: nothing is written
+    TIMED_OUT = "timed_out"  # past the timeout: failed retryably, the handler abandoned
 
 
 @dataclass(eq=False)
@@ -71,6 +73,19 @@ class _Slot:
     run: Run
     state: _State = _State.RUNNING
     task: asyncio.Task[None] | None = None  # AsyncWorker: the handler's task
+    abandoned: bool = False  # past the timeout: Worker leaves it its thread, AsyncWorker cancels it
+    context: RunContext = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.context = RunContext(self.run)
+
+    def enter(self) -> object:
+        """Make this run the handler's :func:`current_run_context` (in the
+        calling thread or task); the token for :meth:`leave`."""
+        return _current.set(self.context)
+
+    def leave(self, token: object) -> None:
+        _current.reset(token)  # type: ignore[arg-type]
 
 
 def _is_lost_connection(exc: BaseException) -> bool:
@@ -100,6 +115,8 @@ class _Core:
         heartbeat: float,
         poll: float,
         grace: float,
+        timeout: float | None,
+        transient: tuple[type[BaseException], ...],
         registry: CollectorRegistry | None,
     ) -> None:
         if concurrency < 1:
@@ -109,12 +126,19 @@ class _Core:
                 raise ValueError(f"{name} must be a positive number of seconds, not {value}")
         if not math.isfinite(grace) or grace < 0:
             raise ValueError(f"grace must be a non-negative number of seconds, not {grace}")
+        if timeout is not None and (not math.isfinite(timeout) or timeout <= 0):
+            raise ValueError(f"timeout must be a positive number of seconds or None, not {timeout}")
+        for kind in transient:
+            if not (isinstance(kind, type) and issubclass(kind, BaseException)):
+                raise TypeError(f"transient must name exception types, not {kind!r}")
         self.concurrency = concurrency
         self.agent_profile_id = agent_profile_id or None
         self.worker_id = worker_id or default_worker_id()
         self.heartbeat = float(heartbeat)
         self.poll = float(poll)
         self.grace = float(grace)
+        self.timeout = None if timeout is None else float(timeout)
+        self.transient = tuple(transient)
         self.registry = registry
         self.metrics = worker_metrics_for(registry)
         self.health = DatabaseHealth(None)
@@ -159,7 +183,11 @@ class _Core:
         """The runs to send a heartbeat for: still ours, handler running or
         its outcome not yet written."""
         with self._lock:
-            return [s for s in self.slots if s.state in (_State.RUNNING, _State.WRITING)]
+            return [
+                s
+                for s in self.slots
+                if s.state in (_State.RUNNING, _State.WRITING, _State.TIMED_OUT)
+            ]
 
     def to_write(self, slot: _Slot) -> bool:
         """The handler ended: True when its outcome is to be written (the run
@@ -170,6 +198,28 @@ class _Core:
             slot.state = _State.WRITING
             return True
 
+    def time_out(self, slot: _Slot) -> bool:
+        """A sync handler is past the timeout: True when its run is to be
+        failed retryably now (it was still running: not lost, returned or
+        ending), and the handler's thread abandoned (``slot.abandoned``)."""
+        with self._lock:
+            if slot.state is not _State.RUNNING:
+                return False
+            slot.state = _State.TIMED_OUT
+            slot.abandoned = True
+        self.timed_out(slot)
+        return True
+
+    def timed_out(self, slot: _Slot) -> None:
+        """Tell the handler (its context) and the log that it ran too long."""
+        slot.context.cancelled.set()
+        log.warning(
+            "run %s: the handler ran longer than %g s; failing it retryably",
+            slot.run.id,
+            self.timeout,
+            extra={**_fields(slot.run), "event": "run_timed_out", "timeout": self.timeout},
+        )
+
     def take_back(self) -> tuple[list[_Slot], list[_Slot]]:
         """After the grace period: the runs whose handler still runs (now
         ``RETURNED``: to hand back) and those whose outcome is being written."""
@@ -177,7 +227,7 @@ class _Core:
             running = [s for s in self.slots if s.state is _State.RUNNING]
             for slot in running:
                 slot.state = _State.RETURNED
-            writing = [s for s in self.slots if s.state is _State.WRITING]
+            writing = [s for s in self.slots if s.state in (_State.WRITING, _State.TIMED_OUT)]
         return running, writing
 
     def lose(self, slot: _Slot, how: str, *, writing: bool = True) -> bool:
@@ -187,9 +237,12 @@ class _Core:
         tells; a heartbeat refused because that write just committed is
         no loss)."""
         with self._lock:
-            if slot.state is not _State.RUNNING and not (writing and slot.state is _State.WRITING):
+            if slot.state is not _State.RUNNING and not (
+                writing and slot.state in (_State.WRITING, _State.TIMED_OUT)
+            ):
                 return False
             slot.state = _State.LOST
+        slot.context.cancelled.set()
         self.metrics.runs.labels(outcome="lost").inc()
         run = slot.run
         log.warning(
@@ -240,10 +293,15 @@ class _Core:
             )
         else:
             log.info(
-                "run %s failed: %s",
+                "run %s failed%s: %s",
                 run.id,
+                " retryably" if outcome.retryable else "",
                 _one_line(outcome.message),
-                extra={**fields, "error": _one_line(outcome.message)[:200]},
+                extra={
+                    **fields,
+                    "error": _one_line(outcome.message)[:200],
+                    "retryable": outcome.retryable,
+                },
             )
 
     def not_written(self, slot: _Slot, what: str, exc: BaseException) -> None:
@@ -379,6 +437,8 @@ class WorkerBase(Generic[OfficeT, HandlerT]):
         heartbeat: float = 10.0,
         poll: float = 1.0,
         grace: float = 30.0,
+        timeout: float | None = None,
+        transient: tuple[type[BaseException], ...] = (),
         registry: CollectorRegistry | None = None,
     ) -> None:
         if is_async_handler(handler) != self._async_handler:
@@ -392,6 +452,8 @@ class WorkerBase(Generic[OfficeT, HandlerT]):
             heartbeat=heartbeat,
             poll=poll,
             grace=grace,
+            timeout=timeout,
+            transient=transient,
             registry=registry,
         )
         self._setup()

@@ -1,4 +1,5 @@
-"""What a handler says: return (finish), raise :class:`Retry` (retry) or raise
+"""What a handler says: return (finish), raise :class:`Retry` (retry), raise
+:class:`Transient` or a type given as ``transient=`` (fail retryably) or raise
 anything else (fail); and loading one from ``module:attribute``."""
 
 from __future__ import annotations
@@ -41,6 +42,23 @@ class Retry(Exception):
         return f"retry in {self.delay:g} s"
 
 
+class Transient(Exception):
+    """Raised by a handler: the failure may pass (a rate limit, a timeout
+    upstream). The run is failed retryably, ``fail_run(..., retryable =>
+    true)``: it is queued again after a jittered back-off while the agent's
+    ``max_retries`` allow (docs/api.md §9), and fails for good after that.
+    Workers take more such types with ``transient=``."""
+
+
+class HandlerTimeout(Transient):
+    """The handler ran longer than the worker's ``timeout``: the run is
+    failed retryably with this message (an async handler is cancelled; a
+    sync one is abandoned, its thread left to end on its own)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"the handler ran longer than {seconds:g} s")
+
+
 def failure_text(exc: BaseException) -> str:
     """``fail_run``'s message for an exception: its bare class name, ``": "``
     and its message, cut to 64 KiB (bytes, on a character boundary). A NUL,
@@ -75,14 +93,21 @@ class _Outcome:
     kind: _Kind
     delay: float = 0.0
     message: str = ""
+    retryable: bool = False  # FAILED: fail_run(..., retryable => true)
 
 
-def _outcome_of(exc: BaseException | None) -> _Outcome:
+def _outcome_of(
+    exc: BaseException | None, transient: tuple[type[BaseException], ...] = ()
+) -> _Outcome:
     if exc is None:
         return _Outcome(_Kind.FINISHED)
     if isinstance(exc, Retry):
         return _Outcome(_Kind.RETRIED, delay=exc.delay)
-    return _Outcome(_Kind.FAILED, message=failure_text(exc))
+    return _Outcome(
+        _Kind.FAILED,
+        message=failure_text(exc),
+        retryable=isinstance(exc, (Transient, *transient)),
+    )
 
 
 # --- the handler ------------------------------------------------------------------

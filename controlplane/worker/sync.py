@@ -31,7 +31,13 @@ from controlplane.worker.core import (
     _Slot,
     _State,
 )
-from controlplane.worker.handler import _Kind, _Outcome, _outcome_of, refuse_undecodable
+from controlplane.worker.handler import (
+    HandlerTimeout,
+    _Kind,
+    _Outcome,
+    _outcome_of,
+    refuse_undecodable,
+)
 
 # --- the threaded worker ------------------------------------------------------------
 
@@ -186,14 +192,24 @@ class Worker(WorkerBase[Office, Callable[[Run], object]]):
 
     def _handle(self) -> None:
         while (slot := self._work.get()) is not None:
+            timer = None
+            if self._core.timeout is not None:
+                timer = threading.Timer(self._core.timeout, self._time_out, (slot,))
+                timer.daemon = True
+                timer.start()
             started = time.perf_counter()
+            token = slot.enter()
             try:
                 refuse_undecodable(slot.run)
                 self.handler(slot.run)
             except BaseException as exc:  # SystemExit from a handler fails its run too
-                outcome = _outcome_of(exc)
+                outcome = _outcome_of(exc, self._core.transient)
             else:
                 outcome = _outcome_of(None)
+            finally:
+                slot.leave(token)
+                if timer is not None:
+                    timer.cancel()
             seconds = time.perf_counter() - started
             self._core.metrics.handler_seconds.observe(seconds)
             if self._core.to_write(slot):
@@ -201,6 +217,21 @@ class Worker(WorkerBase[Office, Callable[[Run], object]]):
             if slot.state is not _State.RETURNED:  # a returned run is ended by its hand-back
                 self._core.end(slot)
             self._wake.set()
+            if slot.abandoned:  # another thread took this one's place at the timeout
+                return
+
+    def _time_out(self, slot: _Slot) -> None:
+        """The timer of a handler past ``timeout``: a sync handler cannot be
+        stopped, so its run is failed retryably now, and a new handler
+        thread takes the place of the one left to it."""
+        core = self._core
+        if not core.time_out(slot):
+            return
+        threading.Thread(target=self._handle, name="office-worker-replacement", daemon=True).start()
+        assert core.timeout is not None
+        self._write(slot, _outcome_of(HandlerTimeout(core.timeout), core.transient), core.timeout)
+        core.end(slot)
+        self._wake.set()
 
     def _write(self, slot: _Slot, outcome: _Outcome, seconds: float) -> None:
         core, run = self._core, slot.run
@@ -216,7 +247,11 @@ class Worker(WorkerBase[Office, Callable[[Run], object]]):
                     )
                 else:
                     changed = self.office.fail_run(
-                        run.id, run.attempt, outcome.message, worker_id=core.worker_id
+                        run.id,
+                        run.attempt,
+                        outcome.message,
+                        retryable=outcome.retryable,
+                        worker_id=core.worker_id,
                     )
             except Exception as exc:
                 streak += 1

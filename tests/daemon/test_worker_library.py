@@ -21,7 +21,9 @@ from controlplane.worker import (
     AsyncWorker,
     HandlerError,
     Retry,
+    Transient,
     Worker,
+    current_run_context,
     failure_text,
     load_handler,
 )
@@ -275,3 +277,173 @@ async def test_the_async_worker_fails_a_run_it_cannot_decode_once(
     status, attempt, error = _status(db, deep)
     assert (status, attempt) == ("failed", 1)
     assert error.startswith(f"UndecodableRun: run {deep}: payload cannot be decoded")
+
+
+def _retry_state(db: psycopg.Connection[Any], run_id: str) -> tuple[Any, ...]:
+    row = db.execute(
+        "SELECT status, retry_count, error_message,"
+        " scheduled_retry_at > now() + interval '1 minute'"
+        " FROM office.runs WHERE id = %s",
+        (run_id,),
+    ).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+def _work_sync_until(
+    db: psycopg.Connection[Any],
+    office: Office,
+    handle: Callable[[Run], None],
+    done: Callable[[], bool],
+    **options: Any,
+) -> Worker:
+    """A Worker with ``handle`` in a thread until ``done()``, then stopped."""
+    worker = Worker(office, handle, poll=0.1, registry=CollectorRegistry(), **options)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        wait_for(done, "the worker")
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert not thread.is_alive()
+    return worker
+
+
+class UpstreamBusy(Exception):
+    pass
+
+
+def test_transient_failures_are_failed_retryably(db: psycopg.Connection[Any], dsn: str) -> None:
+    marked, named, plain = _setup(db, 3)
+
+    def handle(run: Run) -> None:
+        if run.id == marked:
+            raise Transient("rate limited")
+        if run.id == named:
+            raise UpstreamBusy("503")
+        raise KeyError("missing")
+
+    with Office(dsn) as office:
+        _work_sync_until(
+            db,
+            office,
+            handle,
+            lambda: (
+                all(
+                    _status(db, r)[0] != "claimed" and _status(db, r)[1] == 1
+                    for r in (marked, named, plain)
+                )
+                and _status(db, plain)[0] == "failed"
+            ),
+            transient=(UpstreamBusy,),
+        )
+    # Queued again after the default back-off (2 minutes x 0.75..1.25), once.
+    assert _retry_state(db, marked) == ("queued", 1, "Transient: rate limited", True)
+    assert _retry_state(db, named) == ("queued", 1, "UpstreamBusy: 503", True)
+    assert _retry_state(db, plain)[:3] == ("failed", 0, "KeyError: 'missing'")
+
+
+async def test_an_async_handler_past_its_timeout_is_cancelled_and_its_run_failed_retryably(
+    db: psycopg.Connection[Any], dsn: str
+) -> None:
+    (run_id,) = _setup(db)
+    seen: list[str] = []
+
+    async def handle(run: Run) -> None:
+        context = current_run_context()
+        assert context.run.id == run.id
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            seen.append("cancelled" if context.cancelled.is_set() else "cancelled, not told")
+            raise
+
+    async with AsyncOffice(dsn) as office:
+        worker = AsyncWorker(office, handle, poll=0.1, timeout=0.3, registry=CollectorRegistry())
+        task = asyncio.create_task(worker.run())
+        for _ in range(600):
+            if _status(db, run_id)[0] == "queued" and _status(db, run_id)[1] == 1:
+                break
+            await asyncio.sleep(0.05)
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+    assert seen == ["cancelled"]
+    assert _retry_state(db, run_id) == (
+        "queued",
+        1,
+        "HandlerTimeout: the handler ran longer than 0.3 s",
+        True,
+    )
+
+
+def test_a_sync_handler_past_its_timeout_is_abandoned_and_another_thread_goes_on(
+    db: psycopg.Connection[Any], dsn: str
+) -> None:
+    stuck, after = _setup(db, 2)
+    db.execute("SELECT office.upsert_agent('a2', 'ws')")
+    release = threading.Event()
+    told: list[bool] = []
+    ended: list[str] = []
+
+    def handle(run: Run) -> None:
+        if run.id == stuck:
+            context = current_run_context()
+            context.cancelled.wait(30)  # a cooperative handler stops when told
+            told.append(context.cancelled.is_set())
+            release.wait(30)
+        ended.append(run.id)
+
+    with Office(dsn) as office:
+        try:
+            _work_sync_until(
+                db,
+                office,
+                handle,
+                # concurrency 1: the agent's next run is handled while the
+                # abandoned handler still holds its thread
+                lambda: _status(db, after)[0] == "finished",
+                timeout=0.3,
+            )
+            assert ended == [after] and told == [True]
+        finally:
+            release.set()
+    wait_for(lambda: ended == [after, stuck], "the abandoned handler to end")
+    # What the abandoned handler returned was not written.
+    assert _retry_state(db, stuck) == (
+        "queued",
+        1,
+        "HandlerTimeout: the handler ran longer than 0.3 s",
+        True,
+    )
+
+
+def test_the_run_context_exists_only_in_a_handler_and_tells_a_lost_run(
+    db: psycopg.Connection[Any], dsn: str
+) -> None:
+    with pytest.raises(RuntimeError, match="handler"):
+        current_run_context()
+    (run_id,) = _setup(db)
+    told: list[bool] = []
+
+    def handle(run: Run) -> None:
+        context = current_run_context()
+        db.execute("SELECT office.cancel_run(%s, 'not needed')", (run.id,))
+        told.append(context.cancelled.wait(30))
+
+    with Office(dsn) as office:
+        _work_sync_until(db, office, handle, lambda: bool(told), heartbeat=0.2)
+    assert told == [True]
+    assert _status(db, run_id)[0] == "cancelled"
+
+
+def test_bad_timeouts_and_transient_types_are_refused(dsn: str) -> None:
+    def plain(run: Run) -> None:
+        pass
+
+    with Office(dsn) as office:
+        for bad in (0, -1, float("inf"), float("nan")):
+            with pytest.raises(ValueError, match="timeout"):
+                Worker(office, plain, timeout=bad)
+        with pytest.raises(TypeError, match="transient"):
+            Worker(office, plain, transient=("KeyError",))  # type: ignore[arg-type]
