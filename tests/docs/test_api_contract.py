@@ -79,7 +79,6 @@ RESULTS = _results()
 NOT_BUILT = {
     "clear_wake_policy",
     "explain_agent",
-    "prune_wake_decisions",
     "record_run_cost",
     "set_wake_policy",
 }
