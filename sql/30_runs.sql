@@ -76,7 +76,8 @@ COMMENT ON FUNCTION office._run_row_valid(text, text, jsonb, text) IS
 REVOKE EXECUTE ON FUNCTION office._run_row_valid(text, text, jsonb, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office._run_row_valid(text, text, jsonb, text) TO office_admin;
 
--- entry_triggered (0.2.0) and heartbeat_at (0.4.0) come last on purpose:
+-- entry_triggered (0.2.0), heartbeat_at (0.4.0) and the lineage columns
+-- origin ... cost (0.5.0, docs/api.md §9) come last on purpose:
 -- ALTER TABLE ... ADD COLUMN appends, and a fresh install must have the same
 -- column order as an upgraded one.
 CREATE TABLE office.runs (
@@ -100,7 +101,15 @@ CREATE TABLE office.runs (
     finished_at        timestamptz,
     entry_triggered    boolean NOT NULL DEFAULT false,
     heartbeat_at       timestamptz,
-    CONSTRAINT runs_row_check CHECK (office._run_row_valid(status, reason, payload, idempotency_key))
+    origin             text NOT NULL DEFAULT 'system',
+    cause_run_id       text,
+    chain_depth        int NOT NULL DEFAULT 0,
+    priority           int NOT NULL DEFAULT 0,
+    cost               numeric NOT NULL DEFAULT 0,
+    CONSTRAINT runs_row_check CHECK (office._run_row_valid(status, reason, payload, idempotency_key)),
+    -- An array constant, not an IN list, for the reason 25_counters.sql gives.
+    CONSTRAINT runs_lineage_check CHECK (origin = ANY ('{human,agent,system}'::text[])
+                                         AND chain_depth >= 0 AND priority >= -100 AND priority <= 100)
 );
 SELECT pg_catalog.pg_extension_config_dump('office.runs', '');
 REVOKE ALL ON TABLE office.runs FROM PUBLIC;
@@ -110,6 +119,16 @@ COMMENT ON COLUMN office.runs.entry_triggered IS
     'True when a step-entry action enqueued the run: it never coalesces into another run and is never a coalesce target (since 0.2.0).';
 COMMENT ON COLUMN office.runs.heartbeat_at IS
     'When the worker holding the claim last proved it is alive (claim_run, heartbeat_run); recover_stale_runs reads it (since 0.4.0).';
+COMMENT ON COLUMN office.runs.origin IS
+    'Who caused the run: human, agent or system (docs/api.md §9; system for runs from before 0.5.0).';
+COMMENT ON COLUMN office.runs.cause_run_id IS
+    'The run during which the causing actor acted, as the producer named it (NULL: none).';
+COMMENT ON COLUMN office.runs.chain_depth IS
+    'How many agent-caused runs lead to this one: 0 for human and system, else 1 + the cause''s depth (the loop guard reads it, office.max_chain_depth).';
+COMMENT ON COLUMN office.runs.priority IS
+    'The run''s priority, -100 to 100 (default 0).';
+COMMENT ON COLUMN office.runs.cost IS
+    'The cost recorded for the run (record_run_cost).';
 
 -- The durable dedup: one row per key, over every status, with no time bound.
 CREATE UNIQUE INDEX idx_run_idempotency ON office.runs (idempotency_key)

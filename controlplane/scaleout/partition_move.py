@@ -67,6 +67,7 @@ MOVED_TABLES: tuple[tuple[str, str], ...] = (
     ("events", "id::text IN (SELECT id FROM pg_temp.move_events)"),
     ("parent_child_wake_receipts", "parent_task_id IN (SELECT id FROM pg_temp.move_tasks)"),
     ("parent_wake_marks", "parent_task_id IN (SELECT id FROM pg_temp.move_tasks)"),
+    ("wake_decisions", "agent_profile_id IN (SELECT id FROM pg_temp.move_agents)"),
     (
         "poison",  # row_id names a row of the loop's table (COMMENT ON TABLE office.poison)
         "(loop = 'subscriber' AND row_id IN (SELECT id FROM pg_temp.move_events))"

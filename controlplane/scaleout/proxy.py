@@ -207,6 +207,58 @@ def poison_sql(conn: psycopg.Connection[Any]) -> str:
     return "".join(out)
 
 
+_WAKE_DECISIONS = """
+SELECT pg_catalog.obj_description(c.oid, 'pg_class'),
+       ARRAY(SELECT a.grantee::regrole::text FROM pg_catalog.aclexplode(c.relacl) a
+              WHERE a.privilege_type = 'SELECT' AND a.grantee <> 0 AND a.grantee <> c.relowner
+              ORDER BY 1),
+       ARRAY(SELECT ARRAY[a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod)]
+               FROM pg_catalog.pg_attribute a
+              WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum)
+  FROM pg_catalog.pg_class c
+ WHERE c.oid = 'office.wake_decisions'::regclass
+"""
+
+
+def wake_decisions_sql(conn: psycopg.Connection[Any]) -> str:
+    """``office.wake_decisions`` on the proxy: a view of every shard's rows,
+    each id encoded as events' are (``local_id * partitions + partition``,
+    the partition of the decision's agent's workspace, else the shard's
+    lowest), so the ids are unique across shards and survive a partition
+    move."""
+    row = conn.execute(_WAKE_DECISIONS).fetchone()
+    assert row is not None
+    comment, grantees, columns = row
+    table = ", ".join(f"{c} {t}" for c, t in columns)
+    part = "coalesce(pg_catalog.hashtext(a.workspace_id) & ($2 - 1), $3)"
+    picks = ", ".join(f"d.id * $2 + {part} AS id" if c == "id" else f"d.{c}" for c, _ in columns)
+    signature = "office._all_wake_decisions(integer, integer, integer)"
+    out = [
+        f"CREATE FUNCTION office._all_wake_decisions({', '.join(EVENT_LEAD)})"
+        f" RETURNS TABLE({table})\n"
+        "    LANGUAGE plproxy\n    SET search_path = pg_catalog, pg_temp\n"
+        "AS $$\n    CLUSTER 'office_cluster';\n    RUN ON _part;\n"
+        f"    SELECT {picks}\n      FROM office.wake_decisions d\n"
+        "      LEFT JOIN office.agent_profiles a ON a.id = d.agent_profile_id;\n$$;\n"
+        f"COMMENT ON FUNCTION {signature} IS\n"
+        "    'Internal: office.wake_decisions of the shard of partition _part'\n"
+        "    ' (ids as the proxy returns them).';\n"
+        f"REVOKE EXECUTE ON FUNCTION {signature} FROM PUBLIC;\n",
+        "CREATE VIEW office.wake_decisions AS\n"
+        "    SELECT d.* FROM office._shards() s\n"
+        "     CROSS JOIN LATERAL office._all_wake_decisions(s.part, office._partitions(), s.part)"
+        " d;\n",
+    ]
+    if comment is not None:
+        quoted = comment.replace("'", "''")
+        out.append(f"COMMENT ON VIEW office.wake_decisions IS\n    '{quoted}';\n")
+    out.append("REVOKE ALL ON office.wake_decisions FROM PUBLIC;\n")
+    if grantees:
+        out.append(f"GRANT EXECUTE ON FUNCTION {signature} TO {', '.join(grantees)};\n")
+        out.append(f"GRANT SELECT ON office.wake_decisions TO {', '.join(grantees)};\n")
+    return "".join(out)
+
+
 _BODY_HEADER = re.compile(r"^CREATE OR REPLACE FUNCTION", re.MULTILINE)
 
 
@@ -222,6 +274,7 @@ def generate(conn: psycopg.Connection[Any]) -> str:
         parts.append("\n" + _BODY_HEADER.sub("CREATE FUNCTION", function_sql(fn)) + grants_sql(fn))
     parts.append("\n" + views_sql(conn))
     parts.append("\n" + poison_sql(conn))
+    parts.append("\n" + wake_decisions_sql(conn))
     return "".join(parts)
 
 

@@ -83,6 +83,7 @@ ROUTES: dict[str, Route] = {
     "recover_stale_runs": "sum",
     "prune_events": "sum",
     "prune_runs": "sum",
+    "prune_wake_decisions": "sum",
     # Bulk run actions: every shard gets every id and changes the runs it
     # holds (an id it does not know is skipped), so the counts add up.
     "requeue_runs": "sum",

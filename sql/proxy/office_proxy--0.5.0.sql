@@ -458,7 +458,12 @@ CREATE TYPE office.runs AS (
     claimed_at timestamp with time zone,
     finished_at timestamp with time zone,
     entry_triggered boolean,
-    heartbeat_at timestamp with time zone
+    heartbeat_at timestamp with time zone,
+    origin text,
+    cause_run_id text,
+    chain_depth integer,
+    priority integer,
+    cost numeric
 );
 CREATE TYPE office.task_result AS (
     task_id text,
@@ -1841,6 +1846,29 @@ COMMENT ON FUNCTION office.prune_runs(older_than interval) IS
 REVOKE EXECUTE ON FUNCTION office.prune_runs(older_than interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.prune_runs(older_than interval) TO office_admin;
 
+CREATE FUNCTION office._all_prune_wake_decisions(_part integer, _a1 interval) RETURNS SETOF integer
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON ALL;
+    SELECT office.prune_wake_decisions($2) AS prune_wake_decisions;
+$$;
+COMMENT ON FUNCTION office._all_prune_wake_decisions(integer, interval) IS
+    'Internal: office.prune_wake_decisions on the shard of partition _part (all).';
+REVOKE EXECUTE ON FUNCTION office._all_prune_wake_decisions(integer, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._all_prune_wake_decisions(integer, interval) TO office_admin;
+CREATE FUNCTION office.prune_wake_decisions(older_than interval) RETURNS integer
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT coalesce(pg_catalog.sum(n), 0)::integer FROM office._all_prune_wake_decisions(0, $1) AS n
+$fn$;
+COMMENT ON FUNCTION office.prune_wake_decisions(older_than interval) IS
+    'Deletes wake decisions made longer ago than older_than; returns the count.';
+REVOKE EXECUTE ON FUNCTION office.prune_wake_decisions(older_than interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.prune_wake_decisions(older_than interval) TO office_admin;
+
 CREATE FUNCTION office._on_reconcile_parent(_part integer, _a1 text, _a2 text, _a3 text) RETURNS office.reconcile_result
     LANGUAGE plproxy
     SET search_path = pg_catalog, pg_temp
@@ -2637,3 +2665,26 @@ COMMENT ON VIEW office.poison IS
 REVOKE ALL ON office.poison FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office._all_poison(integer, integer, integer) TO office_admin, office_reader;
 GRANT SELECT ON office.poison TO office_admin, office_reader;
+
+CREATE FUNCTION office._all_wake_decisions(_part integer, _parts integer, _home integer) RETURNS TABLE(id bigint, at timestamp with time zone, agent_profile_id text, run_id text, decision text, origin text, cause_run_id text, chain_depth integer, detail jsonb)
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT d.id * $2 + coalesce(pg_catalog.hashtext(a.workspace_id) & ($2 - 1), $3) AS id, d.at, d.agent_profile_id, d.run_id, d.decision, d.origin, d.cause_run_id, d.chain_depth, d.detail
+      FROM office.wake_decisions d
+      LEFT JOIN office.agent_profiles a ON a.id = d.agent_profile_id;
+$$;
+COMMENT ON FUNCTION office._all_wake_decisions(integer, integer, integer) IS
+    'Internal: office.wake_decisions of the shard of partition _part'
+    ' (ids as the proxy returns them).';
+REVOKE EXECUTE ON FUNCTION office._all_wake_decisions(integer, integer, integer) FROM PUBLIC;
+CREATE VIEW office.wake_decisions AS
+    SELECT d.* FROM office._shards() s
+     CROSS JOIN LATERAL office._all_wake_decisions(s.part, office._partitions(), s.part) d;
+COMMENT ON VIEW office.wake_decisions IS
+    'One row per wake-governance decision (docs/api.md §9): guarded, pulled_forward, budget_warning, budget_exhausted, with the agent, the run (NULL for guarded), the request''s origin, cause and chain depth, and details; prune_wake_decisions deletes old rows.';
+REVOKE ALL ON office.wake_decisions FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._all_wake_decisions(integer, integer, integer) TO office_admin, office_reader;
+GRANT SELECT ON office.wake_decisions TO office_admin, office_reader;

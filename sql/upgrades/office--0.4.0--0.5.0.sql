@@ -112,6 +112,28 @@ GRANT EXECUTE ON FUNCTION office._never_coalesces(text, boolean)
     TO office_producer, office_worker, office_reader, office_admin;
 
 -- === runs (30_runs.sql) =======================================================
+-- Lineage and scheduling columns (docs/api.md §9), appended as in 30_runs.sql;
+-- every earlier run is system-caused, at depth 0, priority 0, cost 0 (the
+-- defaults, so no row is rewritten).
+ALTER TABLE office.runs
+    ADD COLUMN origin       text NOT NULL DEFAULT 'system',
+    ADD COLUMN cause_run_id text,
+    ADD COLUMN chain_depth  int NOT NULL DEFAULT 0,
+    ADD COLUMN priority     int NOT NULL DEFAULT 0,
+    ADD COLUMN cost         numeric NOT NULL DEFAULT 0,
+    ADD CONSTRAINT runs_lineage_check CHECK (origin = ANY ('{human,agent,system}'::text[])
+                                             AND chain_depth >= 0 AND priority >= -100 AND priority <= 100);
+COMMENT ON COLUMN office.runs.origin IS
+    'Who caused the run: human, agent or system (docs/api.md §9; system for runs from before 0.5.0).';
+COMMENT ON COLUMN office.runs.cause_run_id IS
+    'The run during which the causing actor acted, as the producer named it (NULL: none).';
+COMMENT ON COLUMN office.runs.chain_depth IS
+    'How many agent-caused runs lead to this one: 0 for human and system, else 1 + the cause''s depth (the loop guard reads it, office.max_chain_depth).';
+COMMENT ON COLUMN office.runs.priority IS
+    'The run''s priority, -100 to 100 (default 0).';
+COMMENT ON COLUMN office.runs.cost IS
+    'The cost recorded for the run (record_run_cost).';
+
 -- _run_locks tests the exclusion through office._never_coalesces.
 CREATE OR REPLACE FUNCTION office._run_locks(agent_profile_ids text[], reasons text[], idempotency_keys text[],
                                   task_ids text[], entry_triggereds boolean[],
@@ -797,6 +819,75 @@ COMMENT ON FUNCTION office.enqueue_runs(jsonb) IS
 REVOKE EXECUTE ON FUNCTION office.enqueue_runs(jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.enqueue_runs(jsonb) TO office_producer, office_admin;
 -- (end of runs)
+
+-- === governance (35_governance.sql) ===========================================
+CREATE TABLE office.wake_decisions (
+    id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    at               timestamptz NOT NULL DEFAULT now(),
+    agent_profile_id text NOT NULL,
+    run_id           text,
+    decision         text NOT NULL
+                     CHECK (decision = ANY ('{guarded,pulled_forward,budget_warning,budget_exhausted}'::text[])),
+    origin           text NOT NULL CHECK (origin = ANY ('{human,agent,system}'::text[])),
+    cause_run_id     text,
+    chain_depth      int NOT NULL DEFAULT 0 CHECK (chain_depth >= 0),
+    detail           jsonb NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(detail) = 'object')
+);
+SELECT pg_catalog.pg_extension_config_dump('office.wake_decisions', '');
+SELECT pg_catalog.pg_extension_config_dump('office.wake_decisions_id_seq', '');
+REVOKE ALL ON TABLE office.wake_decisions FROM PUBLIC;
+REVOKE ALL ON SEQUENCE office.wake_decisions_id_seq FROM PUBLIC;
+GRANT SELECT ON TABLE office.wake_decisions TO office_reader, office_admin;
+COMMENT ON TABLE office.wake_decisions IS
+    'One row per wake-governance decision (docs/api.md §9): guarded, pulled_forward, budget_warning, budget_exhausted, with the agent, the run (NULL for guarded), the request''s origin, cause and chain depth, and details; prune_wake_decisions deletes old rows.';
+-- prune_wake_decisions.
+CREATE INDEX idx_wake_decisions_at ON office.wake_decisions (at);
+-- What the table owner writes directly meets the bounds of every stored
+-- jsonb (05_validation.sql); a detail of at most 512 bytes cannot exceed them.
+CREATE TRIGGER wake_decisions_05_bounded
+    BEFORE INSERT OR UPDATE OF detail ON office.wake_decisions
+    FOR EACH ROW
+    WHEN (pg_catalog.pg_column_size(NEW.detail) > 512)
+    EXECUTE FUNCTION office._stored_json_bounded('detail');
+
+-- The one writer of decisions, for every producer of one. Its callers have
+-- validated what they pass; a NULL origin, depth or detail is the column's
+-- neutral value rather than an error, so recording a decision can never be
+-- what fails the caller's call.
+CREATE FUNCTION office._write_wake_decision(agent_profile_id text, run_id text, decision text, origin text,
+                                            cause_run_id text, chain_depth int, detail jsonb)
+    RETURNS void
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    INSERT INTO office.wake_decisions (agent_profile_id, run_id, decision, origin, cause_run_id, chain_depth, detail)
+    VALUES ($1, $2, $3, coalesce($4, 'system'), $5, coalesce($6, 0), coalesce($7, '{}'));
+END
+$$;
+COMMENT ON FUNCTION office._write_wake_decision(text, text, text, text, text, int, jsonb) IS
+    'Internal: records one wake-governance decision in office.wake_decisions (origin NULL = system, chain_depth NULL = 0, detail NULL = {}).';
+REVOKE EXECUTE ON FUNCTION office._write_wake_decision(text, text, text, text, text, int, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._write_wake_decision(text, text, text, text, text, int, jsonb) TO office_admin;
+
+CREATE FUNCTION office.prune_wake_decisions(older_than interval) RETURNS int
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_count int;
+BEGIN
+    PERFORM office._check_interval('older_than', prune_wake_decisions.older_than);
+    DELETE FROM office.wake_decisions d WHERE d.at < now() - prune_wake_decisions.older_than;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END
+$$;
+COMMENT ON FUNCTION office.prune_wake_decisions(interval) IS
+    'Deletes wake decisions made longer ago than older_than; returns the count.';
+REVOKE EXECUTE ON FUNCTION office.prune_wake_decisions(interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.prune_wake_decisions(interval) TO office_admin;
+-- (end of governance)
 
 -- === events (45_events.sql) =================================================
 CREATE TRIGGER events_05_bounded

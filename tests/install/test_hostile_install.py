@@ -945,10 +945,11 @@ def _exercise(producer: Caller, worker: Caller, reader: Caller, admin: Caller) -
     )
     worker.one("ack_events", ids=[row["id"] for row in events])
     admin.one("prune_events", older_than=timedelta(0))
+    admin.one("prune_wake_decisions", older_than=timedelta(0))
     for caller in (worker, reader, admin):
         caller.one("daemon_stats")
     for caller in (reader, admin):
-        for name in ("dedup_stats", "keyless_stats", "queue_stats"):
+        for name in ("dedup_stats", "keyless_stats", "queue_stats", "wake_decisions"):
             caller.view(name)
 
 

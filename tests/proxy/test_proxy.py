@@ -326,8 +326,9 @@ SELECT c.relname, a.attnum, a.attname, format_type(a.atttypid, a.atttypmod),
               WHERE g.grantee <> c.relowner ORDER BY 1)
   FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid
  WHERE c.relnamespace = 'office'::regnamespace AND a.attnum > 0
-   -- the views, and office.poison (a table on a shard, a view on the proxy)
-   AND ((c.relkind = 'v' AND c.relname !~ '^_') OR c.relname = 'poison')
+   -- the views, and office.poison and office.wake_decisions (tables on a shard,
+   -- views on the proxy)
+   AND ((c.relkind = 'v' AND c.relname !~ '^_') OR c.relname IN ('poison', 'wake_decisions'))
  ORDER BY 1, 2
 """
 

@@ -146,6 +146,46 @@ def test_run_status_counts_add_up_and_an_estimate_stays_one(
             s0.execute("ANALYZE office.runs")
 
 
+# --- wake decisions -------------------------------------------------------------------
+
+
+def test_wake_decisions_are_every_shards_with_unique_ids_and_prune_adds_up(
+    topo: Topology, px: psycopg.Connection[Any]
+) -> None:
+    workspaces = [_workspace_on(topo, shard) for shard in (0, 1)]
+    for index, ws in enumerate(workspaces):
+        px.execute("SELECT office.upsert_agent(%s, %s)", (f"a-{ws}", ws))
+        with psycopg.connect(topo.shards[index], autocommit=True) as conn:
+            for agent in (f"a-{ws}", "nobody"):  # a known agent, and one no shard knows
+                conn.execute(
+                    "SELECT office._write_wake_decision("
+                    "%s, NULL, 'guarded', 'agent', NULL, 21, NULL)",
+                    (agent,),
+                )
+    local = _shard_rows(topo, "SELECT id, agent_profile_id FROM office.wake_decisions")
+    assert {r[0] for r in local[0]} & {r[0] for r in local[1]}, "the shards' own ids collide"
+    through = px.execute(
+        "SELECT id, agent_profile_id, decision FROM office.wake_decisions"
+    ).fetchall()
+    ids = [r[0] for r in through]
+    assert len(ids) == len(set(ids)) == sum(len(rows) for rows in local)
+    for decision_id, agent, decision in through:
+        part, local_id = _decode(decision_id)
+        assert decision == "guarded"
+        assert (local_id, agent) in local[topo.partition_shard[part]]
+        if agent != "nobody":  # the decision's partition is its agent's workspace's
+            assert part == _partition(px, agent.removeprefix("a-"))
+    with px.transaction():
+        px.execute("SET LOCAL ROLE office_reader")
+        assert len(px.execute("SELECT id FROM office.wake_decisions").fetchall()) == len(ids)
+    for shard in topo.shards:
+        with psycopg.connect(shard, autocommit=True) as conn:
+            conn.execute("UPDATE office.wake_decisions SET at = now() - interval '2 days'")
+    row = px.execute("SELECT office.prune_wake_decisions('1 day')").fetchone()
+    assert row == (len(ids),)
+    assert px.execute("SELECT count(*) FROM office.wake_decisions").fetchone() == (0,)
+
+
 # --- events ---------------------------------------------------------------------------
 
 

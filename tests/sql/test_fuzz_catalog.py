@@ -246,6 +246,7 @@ RECIPES: dict[str, dict[str, str | None]] = {
     "claim_events": {"consumer": "c", "max_rows": "10", "visibility": "30 seconds"},
     "ack_events": {"ids": "{<first_event>}"},
     "prune_events": {"older_than": "1 day"},
+    "prune_wake_decisions": {"older_than": "1 day"},
     "request_wakeup": {
         "agent_profile_id": "b1",
         "source": "user",
