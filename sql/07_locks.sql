@@ -11,6 +11,7 @@
 --   wakeups.agent:<agent>                  dispatch of an agent's wakeup requests
 --   routines.gate:<routine>:<fingerprint>  dispatch_routine's concurrency gate
 --   runs.claim:<agent>                     claim_run, per candidate agent
+--   wake_spend.workspace:<workspace>       record_run_cost, where the workspace has a budget
 -- The enqueue locks (runs.key:<key>, runs.bucket:<agent>:<reason>:<task>) are
 -- office._run_locks' of 30_runs.sql, and the readiness lock (runs.ready:<agent>)
 -- is office._ready_agents', office._unready_agents' and claim_run's (for the
@@ -26,7 +27,8 @@ BEGIN
                                                       WHEN 'task_blockers.graph' THEN 0
                                                       WHEN 'wakeups.agent' THEN 1
                                                       WHEN 'routines.gate' THEN 2
-                                                      WHEN 'runs.claim' THEN 1 END) THEN
+                                                      WHEN 'runs.claim' THEN 1
+                                                      WHEN 'wake_spend.workspace' THEN 1 END) THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
             MESSAGE = format('unknown lock kind %s with %s parts', coalesce(quote_literal(kind), 'NULL'),
                              coalesce(cardinality(parts), 0));
@@ -39,7 +41,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION office._lock_key(text, text[]) IS
-    'Internal: the name of an advisory lock, office.<kind>:<parts joined by ":"> (kinds: tasks.children, tasks.blockers, task_blockers.graph, wakeups.agent, routines.gate, runs.claim; 07_locks.sql lists who takes each); NULL when a part is NULL; an unknown kind or a wrong number of parts is 22023.';
+    'Internal: the name of an advisory lock, office.<kind>:<parts joined by ":"> (kinds: tasks.children, tasks.blockers, task_blockers.graph, wakeups.agent, routines.gate, runs.claim, wake_spend.workspace; 07_locks.sql lists who takes each); NULL when a part is NULL; an unknown kind or a wrong number of parts is 22023.';
 REVOKE EXECUTE ON FUNCTION office._lock_key(text, text[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office._lock_key(text, text[]) TO office_admin;
 

@@ -1407,7 +1407,26 @@ CREATE FUNCTION office.heartbeat_run(run_id text, attempt int, worker_id text DE
     SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
+DECLARE
+    v_agent text;
+    v_workspace text;
 BEGIN
+    -- The budget hard stop (docs/api.md §9): with no budget anywhere this is
+    -- one probe of the empty partial index idx_wake_policies_budget.
+    IF EXISTS (SELECT FROM office.wake_policies p WHERE p.budget IS NOT NULL) THEN
+        SELECT r.agent_profile_id, a.workspace_id INTO v_agent, v_workspace
+          FROM office.runs r JOIN office.agent_profiles a ON a.id = r.agent_profile_id
+         WHERE r.id = heartbeat_run.run_id;
+        IF FOUND AND office._budget_reached(v_agent, v_workspace) THEN
+            -- Put back, not failed: retry_count stays, and the attempt fences
+            -- the worker's late outcome.
+            UPDATE office.runs r
+               SET status = 'queued', claimed_at = NULL, claimed_by = NULL, heartbeat_at = NULL
+             WHERE r.id = heartbeat_run.run_id AND r.status COLLATE "C" = 'claimed' AND r.attempt = heartbeat_run.attempt
+               AND (heartbeat_run.worker_id IS NULL OR r.claimed_by = heartbeat_run.worker_id);
+            RETURN false;
+        END IF;
+    END IF;
     -- heartbeat_at is in no index, so a beat is a HOT update of the row.
     UPDATE office.runs r
        SET heartbeat_at = now()
@@ -1417,7 +1436,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION office.heartbeat_run(text, int, text) IS
-    'While the run is claimed with this attempt (and, when worker_id is given, by that worker): heartbeat_at = now(), true (the lease is renewed); otherwise false: the worker lost the run (recovered, cancelled, re-claimed) and must stop working on it.';
+    'While the run is claimed with this attempt (and, when worker_id is given, by that worker): heartbeat_at = now(), true (the lease is renewed); otherwise false: the worker lost the run (recovered, cancelled, re-claimed) and must stop working on it. Also false when the agent''s own or its workspace''s budget is reached in its period: then a claim that matches is put back to queued (claimed_at, claimed_by, heartbeat_at cleared, retry_count kept).';
 REVOKE EXECUTE ON FUNCTION office.heartbeat_run(text, int, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.heartbeat_run(text, int, text) TO office_worker, office_admin;
 
@@ -1474,8 +1493,9 @@ GRANT EXECUTE ON FUNCTION office.finish_run(text, int, text) TO office_worker, o
 -- A retryable failure goes back to the queue while retry_count is below
 -- max_retries, after a back-off of the retry_count + 1st step (the last one
 -- repeating) times a uniform factor in [0.75, 1.25], so runs that failed
--- together do not come back together (docs/api.md §9: the defaults, 3 retries
--- and {2 min, 10 min, 30 min, 2 h}, serve while no policy sets others).
+-- together do not come back together (docs/api.md §9: the agent's policy,
+-- else its workspace's, else 3 retries and {2 min, 10 min, 30 min, 2 h};
+-- office._retry_policy of 33_wake_policies.sql).
 CREATE FUNCTION office.fail_run(run_id text, attempt int, error_message text,
                                 retryable boolean DEFAULT false, worker_id text DEFAULT NULL) RETURNS boolean
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -1484,12 +1504,14 @@ CREATE FUNCTION office.fail_run(run_id text, attempt int, error_message text,
 AS $$
 #variable_conflict use_column
 DECLARE
-    max_retries constant int := 3;
-    backoff constant interval[] := ARRAY[interval '2 minutes', interval '10 minutes',
-                                         interval '30 minutes', interval '2 hours'];
+    max_retries int;
+    backoff interval[];
 BEGIN
     PERFORM office._check_free_text('error_message', fail_run.error_message);
     IF coalesce(fail_run.retryable, false) THEN
+        SELECT p.max_retries, p.retry_backoff INTO max_retries, backoff
+          FROM office.runs r CROSS JOIN LATERAL office._retry_policy(r.agent_profile_id) p
+         WHERE r.id = fail_run.run_id;
         UPDATE office.runs r
            SET status = 'queued', error_message = fail_run.error_message,
                scheduled_retry_at = now() + backoff[least(r.retry_count + 1, cardinality(backoff))]
@@ -1512,7 +1534,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION office.fail_run(text, int, text, boolean, text) IS
-    'claimed -> failed with error_message, only if the run is still claimed with this attempt (and, when worker_id is given, by that worker). retryable and retry_count below 3: back to queued instead, claimable after a jittered back-off (2 min, 10 min, 30 min, then 2 h), retry_count + 1, true. error_message over 64 KiB 22023.';
+    'claimed -> failed with error_message, only if the run is still claimed with this attempt (and, when worker_id is given, by that worker). retryable and retry_count below the agent''s max_retries (its wake policy''s, else its workspace''s, else 3): back to queued instead, claimable after a jittered back-off (the policy''s retry_backoff, else 2 min, 10 min, 30 min, then 2 h; the last step repeating), retry_count + 1, true. error_message over 64 KiB 22023.';
 REVOKE EXECUTE ON FUNCTION office.fail_run(text, int, text, boolean, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.fail_run(text, int, text, boolean, text) TO office_worker, office_admin;
 

@@ -195,6 +195,11 @@ class AsyncOffice(FacadeBase):
     recover_stale_runs = async_method(Operations.recover_stale_runs)
     prune_runs = async_method(Operations.prune_runs)
 
+    # wake policies and spend -------------------------------------------------
+    set_wake_policy = async_method(Operations.set_wake_policy)
+    clear_wake_policy = async_method(Operations.clear_wake_policy)
+    record_run_cost = async_method(Operations.record_run_cost)
+
     # agents, the schema, raw statements ------------------------------------
     upsert_agent = async_method(Operations.upsert_agent)
     set_agent_status = async_method(Operations.set_agent_status)

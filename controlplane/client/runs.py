@@ -135,8 +135,9 @@ class RunOperations(OperationsCore):
     def heartbeat_run(self, run_id: str, attempt: int, worker_id: str | None = None) -> Flow[bool]:
         """``office.heartbeat_run``: renew the lease on a claimed run (the
         recovery threshold counts from the last heartbeat). False: the run is
-        no longer this claim's (recovered, cancelled, re-claimed) - stop
-        working on it. ``worker_id``: see :meth:`_fenced`."""
+        no longer this claim's (recovered, cancelled, re-claimed, or put back
+        because its agent's or workspace's budget is reached) - stop working
+        on it. ``worker_id``: see :meth:`_fenced`."""
         leases = yield from self.probe("heartbeat_at")
         if not leases:
             params = {"run_id": run_id, "attempt": attempt}

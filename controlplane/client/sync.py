@@ -162,6 +162,11 @@ class Office(FacadeBase):
     recover_stale_runs = sync_method(Operations.recover_stale_runs)
     prune_runs = sync_method(Operations.prune_runs)
 
+    # wake policies and spend -------------------------------------------------
+    set_wake_policy = sync_method(Operations.set_wake_policy)
+    clear_wake_policy = sync_method(Operations.clear_wake_policy)
+    record_run_cost = sync_method(Operations.record_run_cost)
+
     # agents, the schema, raw statements ------------------------------------
     upsert_agent = sync_method(Operations.upsert_agent)
     set_agent_status = sync_method(Operations.set_agent_status)

@@ -14,6 +14,7 @@ created (docs/domain.md §2.1).
 * :mod:`~controlplane.models.parent_wake` - stuck parents and reconciles;
 * :mod:`~controlplane.models.routines` - routines, triggers, dispatches;
 * :mod:`~controlplane.models.wakeups` - wakeup requests;
+* :mod:`~controlplane.models.policies` - wake policies;
 * :mod:`~controlplane.models.daemon` - what the daemon's loops read;
 * :mod:`~controlplane.models.dashboard` - what the dashboard's pages list.
 """
@@ -46,6 +47,7 @@ from controlplane.models.parent_wake import (
     SkippedReason,
     StuckParent,
 )
+from controlplane.models.policies import BudgetPeriod, PolicyScope, WakePolicy
 from controlplane.models.routines import (
     CatchUpPolicy,
     ConcurrencyPolicy,
@@ -97,6 +99,7 @@ __all__ = [
     "AgentQueue",
     "AgentStatus",
     "AssignResult",
+    "BudgetPeriod",
     "BulkEnqueueItem",
     "CatchUpPolicy",
     "ClaimedEventRow",
@@ -116,6 +119,7 @@ __all__ = [
     "KeylessCause",
     "ParentReceipt",
     "PoisonReport",
+    "PolicyScope",
     "ProducerOutcome",
     "QueueOutcome",
     "QueueStat",
@@ -142,6 +146,7 @@ __all__ = [
     "TaskState",
     "TaskTerminalStatus",
     "TriggerSummary",
+    "WakePolicy",
     "WakeupDispatchResult",
     "WakeupDispatchStatus",
     "WakeupOutcome",

@@ -43,6 +43,15 @@ _ID_SETS: tuple[tuple[str, str], ...] = (
         " WHERE routine_id IN (SELECT id FROM pg_temp.move_routines)",
     ),
     (
+        # Policy and spend rows: by agent, or by a workspace of the partition
+        # (a workspace's rows need not have agents).
+        "move_scopes",
+        "SELECT 'agent' AS scope, id AS scope_id FROM pg_temp.move_agents"
+        " UNION SELECT 'workspace', workspace_id FROM ("
+        "SELECT scope_id AS workspace_id FROM office.wake_policies WHERE scope = 'workspace'"
+        " UNION SELECT scope_id FROM office.wake_spend WHERE scope = 'workspace') w WHERE {ws}",
+    ),
+    (
         "move_events",
         "SELECT id::text AS id FROM office.events"
         " WHERE task_id IN (SELECT id FROM pg_temp.move_tasks)",
@@ -68,6 +77,8 @@ MOVED_TABLES: tuple[tuple[str, str], ...] = (
     ("parent_child_wake_receipts", "parent_task_id IN (SELECT id FROM pg_temp.move_tasks)"),
     ("parent_wake_marks", "parent_task_id IN (SELECT id FROM pg_temp.move_tasks)"),
     ("wake_decisions", "agent_profile_id IN (SELECT id FROM pg_temp.move_agents)"),
+    ("wake_policies", "(scope, scope_id) IN (SELECT scope, scope_id FROM pg_temp.move_scopes)"),
+    ("wake_spend", "(scope, scope_id) IN (SELECT scope, scope_id FROM pg_temp.move_scopes)"),
     (
         "poison",  # row_id names a row of the loop's table (COMMENT ON TABLE office.poison)
         "(loop = 'subscriber' AND row_id IN (SELECT id FROM pg_temp.move_events))"

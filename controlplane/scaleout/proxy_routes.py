@@ -7,6 +7,8 @@ Routing kinds:
 
 * ``("workspace", arg)`` / ``("entity", kind, arg)``: one call on the
   partition of the workspace, or of the entity (``office._route``);
+* ``("scope", scope, scope_id)``: a policy call, on the partition of the
+  agent (scope ``agent``) or of the workspace (scope ``workspace``);
 * ``"local"``: a pure key builder, copied and run on the proxy itself;
 * ``"sum"``: every shard, counts added;
 * ``"max"``: every shard, the greatest value (NULL when every shard says NULL);
@@ -65,6 +67,9 @@ ROUTES: dict[str, Route] = {
     "retry_run": ("entity", "run", "run_id"),
     "requeue_run": ("entity", "run", "run_id"),
     "run_keys": ("entity", "run", "run_id"),
+    "record_run_cost": ("entity", "run", "run_id"),
+    "set_wake_policy": ("scope", "scope", "scope_id"),
+    "clear_wake_policy": ("scope", "scope", "scope_id"),
     "dispatch_wakeup": ("entity", "wakeup", "wakeup_request_id"),
     "fail_wakeup": ("entity", "wakeup", "wakeup_request_id"),
     "assignment_key": "local",

@@ -375,6 +375,17 @@ def function_sql(fn: Function) -> str:
             part = f"office._route('{route[1]}', {at})"
         helper, sql = _helper(fn, "on", "_part", fn.result)
         return sql + _wrapper(fn, "sql", f"    {star} {helper}({_args(fn, part)})")
+    if isinstance(route, tuple) and route[0] == "scope":
+        # An agent scope on its agent's partition, a workspace scope on the
+        # workspace's; anything else on partition 0, whose shard answers as
+        # one database would (22023, OFA01).
+        scope, scope_id = f"${_position(fn, route[1])}", f"${_position(fn, route[2])}"
+        part = (
+            f"CASE {scope} WHEN 'agent' THEN office._route('agent', {scope_id})"
+            f" WHEN 'workspace' THEN coalesce(office._partition({scope_id}), 0) ELSE 0 END"
+        )
+        helper, sql = _helper(fn, "on", "_part", fn.result)
+        return sql + _wrapper(fn, "sql", f"    {star} {helper}({_args(fn, part)})")
     if route == "sum":
         helper, sql = _helper(fn, "all", "ALL", _setof(fn.result))
         body = (

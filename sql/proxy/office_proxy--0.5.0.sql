@@ -487,6 +487,18 @@ CREATE TYPE office.tasks AS (
     created_at timestamp with time zone,
     updated_at timestamp with time zone
 );
+CREATE TYPE office.wake_policies AS (
+    scope text,
+    scope_id text,
+    cooldown interval,
+    max_runs integer,
+    per interval,
+    budget numeric,
+    budget_period text,
+    max_retries integer,
+    retry_backoff interval[],
+    updated_at timestamp with time zone
+);
 CREATE TYPE office.wakeup_dispatch_result AS (
     status text,
     run_id text
@@ -916,6 +928,29 @@ COMMENT ON FUNCTION office.claim_run(worker_id text, agent_profile_id text) IS
 REVOKE EXECUTE ON FUNCTION office.claim_run(worker_id text, agent_profile_id text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.claim_run(worker_id text, agent_profile_id text) TO office_admin, office_worker;
 
+CREATE FUNCTION office._on_clear_wake_policy(_part integer, _a1 text, _a2 text) RETURNS boolean
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT office.clear_wake_policy($2, $3) AS clear_wake_policy;
+$$;
+COMMENT ON FUNCTION office._on_clear_wake_policy(integer, text, text) IS
+    'Internal: office.clear_wake_policy on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_clear_wake_policy(integer, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_clear_wake_policy(integer, text, text) TO office_admin;
+CREATE FUNCTION office.clear_wake_policy(scope text, scope_id text) RETURNS boolean
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT office._on_clear_wake_policy(CASE $1 WHEN 'agent' THEN office._route('agent', $2) WHEN 'workspace' THEN coalesce(office._partition($2), 0) ELSE 0 END, $1, $2)
+$fn$;
+COMMENT ON FUNCTION office.clear_wake_policy(scope text, scope_id text) IS
+    'Deletes the wake policy of an agent or a workspace; true if there was one.';
+REVOKE EXECUTE ON FUNCTION office.clear_wake_policy(scope text, scope_id text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.clear_wake_policy(scope text, scope_id text) TO office_admin;
+
 CREATE FUNCTION office._on_close_routine_run(_part integer, _a1 text, _a2 text) RETURNS boolean
     LANGUAGE plproxy
     SET search_path = pg_catalog, pg_temp
@@ -1250,7 +1285,7 @@ AS $fn$
     SELECT office._on_fail_run(office._route('run', $1), $1, $2, $3, $4, $5)
 $fn$;
 COMMENT ON FUNCTION office.fail_run(run_id text, attempt integer, error_message text, retryable boolean, worker_id text) IS
-    'claimed -> failed with error_message, only if the run is still claimed with this attempt (and, when worker_id is given, by that worker). retryable and retry_count below 3: back to queued instead, claimable after a jittered back-off (2 min, 10 min, 30 min, then 2 h), retry_count + 1, true. error_message over 64 KiB 22023.';
+    'claimed -> failed with error_message, only if the run is still claimed with this attempt (and, when worker_id is given, by that worker). retryable and retry_count below the agent''s max_retries (its wake policy''s, else its workspace''s, else 3): back to queued instead, claimable after a jittered back-off (the policy''s retry_backoff, else 2 min, 10 min, 30 min, then 2 h; the last step repeating), retry_count + 1, true. error_message over 64 KiB 22023.';
 REVOKE EXECUTE ON FUNCTION office.fail_run(run_id text, attempt integer, error_message text, retryable boolean, worker_id text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.fail_run(run_id text, attempt integer, error_message text, retryable boolean, worker_id text) TO office_admin, office_worker;
 
@@ -1434,7 +1469,7 @@ AS $fn$
     SELECT office._on_heartbeat_run(office._route('run', $1), $1, $2, $3)
 $fn$;
 COMMENT ON FUNCTION office.heartbeat_run(run_id text, attempt integer, worker_id text) IS
-    'While the run is claimed with this attempt (and, when worker_id is given, by that worker): heartbeat_at = now(), true (the lease is renewed); otherwise false: the worker lost the run (recovered, cancelled, re-claimed) and must stop working on it.';
+    'While the run is claimed with this attempt (and, when worker_id is given, by that worker): heartbeat_at = now(), true (the lease is renewed); otherwise false: the worker lost the run (recovered, cancelled, re-claimed) and must stop working on it. Also false when the agent''s own or its workspace''s budget is reached in its period: then a claim that matches is put back to queued (claimed_at, claimed_by, heartbeat_at cleared, retry_count kept).';
 REVOKE EXECUTE ON FUNCTION office.heartbeat_run(run_id text, attempt integer, worker_id text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.heartbeat_run(run_id text, attempt integer, worker_id text) TO office_admin, office_worker;
 
@@ -1856,6 +1891,29 @@ COMMENT ON FUNCTION office.reconcile_parent(parent_task_id text, child_set_key t
     'Wakes one stuck parent: under the edge path''s lock on the parent, re-checks its assignee (skipped, assignee_unresolved) and re-reads its child set and generation (skipped, child_set_changed, unless they equal the arguments and form a finished wave), then enqueues task_children_completed (task_id = the parent) keyed wake_operation_id(parent, child_set_key, generation) and upserts the receipt with the run it landed on (queued, deduped or coalesced), in one transaction. Unknown parent OFT01; NULL set or generation 22023.';
 REVOKE EXECUTE ON FUNCTION office.reconcile_parent(parent_task_id text, child_set_key text, newest_child_updated_at text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.reconcile_parent(parent_task_id text, child_set_key text, newest_child_updated_at text) TO office_admin, office_producer;
+
+CREATE FUNCTION office._on_record_run_cost(_part integer, _a1 text, _a2 integer, _a3 numeric, _a4 text) RETURNS boolean
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT office.record_run_cost($2, $3, $4, $5) AS record_run_cost;
+$$;
+COMMENT ON FUNCTION office._on_record_run_cost(integer, text, integer, numeric, text) IS
+    'Internal: office.record_run_cost on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_record_run_cost(integer, text, integer, numeric, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_record_run_cost(integer, text, integer, numeric, text) TO office_admin, office_worker;
+CREATE FUNCTION office.record_run_cost(run_id text, attempt integer, amount numeric, worker_id text DEFAULT NULL::text) RETURNS boolean
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT office._on_record_run_cost(office._route('run', $1), $1, $2, $3, $4)
+$fn$;
+COMMENT ON FUNCTION office.record_run_cost(run_id text, attempt integer, amount numeric, worker_id text) IS
+    'Adds amount (finite, >= 0, else 22023) to the run''s cost and to its agent''s and workspace''s spend of the UTC day, while the run carries this attempt: claimed, ended or put back (and, when worker_id is given, claimed by that worker or no longer claimed); true if recorded. A recording that takes a scope''s spend in its budget period across 80 % of its budget writes a budget_warning decision, across 100 % a budget_exhausted one, under the run''s agent.';
+REVOKE EXECUTE ON FUNCTION office.record_run_cost(run_id text, attempt integer, amount numeric, worker_id text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.record_run_cost(run_id text, attempt integer, amount numeric, worker_id text) TO office_admin, office_worker;
 
 CREATE FUNCTION office._all_recover_stale_runs(_part integer, _a1 interval) RETURNS SETOF integer
     LANGUAGE plproxy
@@ -2296,6 +2354,29 @@ COMMENT ON FUNCTION office.set_aside(loop text, row_id text, reason text, sqlsta
     'Sets a row its loop cannot process aside in office.poison (reason cut to 1000 characters): the loop''s scan leaves it out from now on. True when it was set aside now; false when it already was, or when sqlstate is transient (class 40, 53, 58, 55P03: the row is tried again). Unknown loop, empty row_id 22023.';
 REVOKE EXECUTE ON FUNCTION office.set_aside(loop text, row_id text, reason text, sqlstate text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.set_aside(loop text, row_id text, reason text, sqlstate text) TO office_admin;
+
+CREATE FUNCTION office._on_set_wake_policy(_part integer, _a1 text, _a2 text, _a3 interval, _a4 integer, _a5 interval, _a6 numeric, _a7 text, _a8 integer, _a9 interval[]) RETURNS office.wake_policies
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT * FROM office.set_wake_policy($2, $3, $4, $5, $6, $7, $8, $9, $10);
+$$;
+COMMENT ON FUNCTION office._on_set_wake_policy(integer, text, text, interval, integer, interval, numeric, text, integer, interval[]) IS
+    'Internal: office.set_wake_policy on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_set_wake_policy(integer, text, text, interval, integer, interval, numeric, text, integer, interval[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_set_wake_policy(integer, text, text, interval, integer, interval, numeric, text, integer, interval[]) TO office_admin;
+CREATE FUNCTION office.set_wake_policy(scope text, scope_id text, cooldown interval DEFAULT NULL::interval, max_runs integer DEFAULT NULL::integer, per interval DEFAULT NULL::interval, budget numeric DEFAULT NULL::numeric, budget_period text DEFAULT 'month'::text, max_retries integer DEFAULT NULL::integer, retry_backoff interval[] DEFAULT NULL::interval[]) RETURNS office.wake_policies
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT * FROM office._on_set_wake_policy(CASE $1 WHEN 'agent' THEN office._route('agent', $2) WHEN 'workspace' THEN coalesce(office._partition($2), 0) ELSE 0 END, $1, $2, $3, $4, $5, $6, $7, $8, $9)
+$fn$;
+COMMENT ON FUNCTION office.set_wake_policy(scope text, scope_id text, cooldown interval, max_runs integer, per interval, budget numeric, budget_period text, max_retries integer, retry_backoff interval[]) IS
+    'Inserts or replaces the wake policy of an agent or a workspace (scope agent|workspace, scope_id) and returns it; NULL = not set here. max_runs (1-10000) and per (a positive interval) come together; cooldown, per and each retry_backoff step finite intervals from 0 to 100 years; budget finite and >= 0; budget_period day, week or month; max_retries 0-100; retry_backoff 1-32 intervals. Bad input 22023 naming the argument (nothing written); unknown agent OFA01.';
+REVOKE EXECUTE ON FUNCTION office.set_wake_policy(scope text, scope_id text, cooldown interval, max_runs integer, per interval, budget numeric, budget_period text, max_retries integer, retry_backoff interval[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.set_wake_policy(scope text, scope_id text, cooldown interval, max_runs integer, per interval, budget numeric, budget_period text, max_retries integer, retry_backoff interval[]) TO office_admin;
 
 CREATE FUNCTION office._on_sweep_stuck_parents(_part integer, _a1 integer) RETURNS SETOF office.reconcile_result
     LANGUAGE plproxy

@@ -41,6 +41,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 import psycopg
@@ -818,6 +819,20 @@ def _exercise(producer: Caller, worker: Caller, reader: Caller, admin: Caller) -
         "enqueue_runs",
         requests=Jsonb([{"agent_profile_id": "a1", "reason": "bulk", "idempotency_key": "k2"}]),
     )
+    # §9 policies: a budget on the agent and its workspace, so heartbeat_run
+    # and record_run_cost below take their budget paths.
+    if admin.has("set_wake_policy"):
+        admin.one(
+            "set_wake_policy",
+            scope="agent",
+            scope_id="a1",
+            budget=Decimal("1000"),
+            max_retries=2,
+            retry_backoff=[timedelta(seconds=1)],
+        )
+        admin.one("set_wake_policy", scope="workspace", scope_id="w1", budget=Decimal("1000"))
+        admin.one("set_wake_policy", scope="workspace", scope_id="gone", cooldown=timedelta(0))
+        admin.one("clear_wake_policy", scope="workspace", scope_id="gone")
     for outcome in ("finish", "fail", "retry", "cancel"):
         producer.one("enqueue_run", agent_profile_id="a1", reason=outcome, idempotency_key=outcome)
         claimed = worker.one("claim_run", worker_id="w", agent_profile_id="a1")
@@ -831,6 +846,14 @@ def _exercise(producer: Caller, worker: Caller, reader: Caller, admin: Caller) -
                 caller.all("run_keys", run_id=run_id)
         if worker.has("heartbeat_run"):
             worker.one("heartbeat_run", run_id=run_id, attempt=attempt)
+        if worker.has("record_run_cost"):
+            worker.one(
+                "record_run_cost",
+                run_id=run_id,
+                attempt=attempt,
+                amount=Decimal("900"),
+                worker_id="w",
+            )
         if outcome == "finish":
             worker.one("finish_run", run_id=run_id, attempt=attempt)
         elif outcome == "fail":

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 import psycopg
@@ -32,16 +33,19 @@ from controlplane.errors import (
 from controlplane.models import (
     Agent,
     AgentStatus,
+    BudgetPeriod,
     BulkEnqueueItem,
     DedupKind,
     DedupQueue,
     EnqueueRequest,
     KeylessCause,
+    PolicyScope,
     QueueOutcome,
     Run,
     RunKey,
     RunKeyHow,
     RunStatus,
+    WakePolicy,
 )
 from controlplane.observability import (
     DEDUP_LOGGER,
@@ -812,6 +816,69 @@ def an_older_schemas_unique_violation_is_an_outcome(env: Env) -> None:
         )
     assert info.value.message == "element 3: agent nobody not found"
     assert sorted(r["idempotency_key"] for r in env.runs()) == ["k1", "k2"]
+    env.assert_no_error_logs()
+
+
+# --- wake policies and spend (docs/api.md §9) ------------------------------------
+
+
+@scenario
+def wake_policy_set_replace_clear(env: Env) -> None:
+    agent(env)
+    policy = env.office.set_wake_policy(
+        "agent",
+        "a1",
+        cooldown=timedelta(minutes=1),
+        max_runs=3,
+        per=3600,
+        budget=12.5,
+        budget_period=BudgetPeriod.WEEK,
+        max_retries=2,
+        retry_backoff=[10, timedelta(minutes=5)],
+    )
+    assert isinstance(policy, WakePolicy)
+    assert (policy.scope, policy.scope_id) == (PolicyScope.AGENT, "a1")
+    assert (policy.max_runs, policy.per) == (3, timedelta(hours=1))
+    assert (policy.budget, policy.budget_period) == (Decimal("12.5"), BudgetPeriod.WEEK)
+    assert policy.retry_backoff == [timedelta(seconds=10), timedelta(minutes=5)]
+    replaced = env.office.set_wake_policy(PolicyScope.WORKSPACE, "w1", max_retries=0)
+    assert (replaced.budget, replaced.budget_period, replaced.max_retries) == (
+        None,
+        BudgetPeriod.MONTH,
+        0,
+    )
+    with pytest.raises(InvalidArgument) as info:
+        env.office.set_wake_policy("agent", "a1", max_runs=3)
+    assert "max_runs and per" in info.value.message
+    with pytest.raises(AgentNotFound):
+        env.office.set_wake_policy("agent", "nobody", max_retries=1)
+    assert env.office.clear_wake_policy("agent", "a1") is True
+    assert env.office.clear_wake_policy("agent", "a1") is False
+    assert env.scalar("SELECT count(*) FROM office.wake_policies") == 1
+    env.assert_no_error_logs()
+
+
+@scenario
+def run_cost_recorded(env: Env) -> None:
+    agent(env)
+    env.office.set_wake_policy("agent", "a1", budget=Decimal("1"))
+    env.office.enqueue_run("a1", "work")
+    claimed = env.office.claim_run("wk", "a1")
+    assert claimed is not None
+    assert env.office.record_run_cost(claimed.id, claimed.attempt, 0.1, worker_id="wk") is True
+    assert env.office.record_run_cost(claimed.id, claimed.attempt, 1, worker_id="other") is False
+    assert env.office.record_run_cost(claimed.id, claimed.attempt + 1, 1) is False
+    with pytest.raises(InvalidArgument):
+        env.office.record_run_cost(claimed.id, claimed.attempt, float("nan"))
+    assert env.scalar("SELECT cost FROM office.runs WHERE id = %s", claimed.id) == Decimal("0.1")
+    assert env.office.record_run_cost(claimed.id, claimed.attempt, Decimal("0.9"), "wk") is True
+    # The budget is reached: the heartbeat stops the run and puts it back.
+    assert env.office.heartbeat_run(claimed.id, claimed.attempt, worker_id="wk") is False
+    assert env.scalar("SELECT status FROM office.runs WHERE id = %s", claimed.id) == "queued"
+    assert (
+        env.scalar("SELECT count(*) FROM office.wake_decisions WHERE decision = 'budget_exhausted'")
+        == 1
+    )
     env.assert_no_error_logs()
 
 

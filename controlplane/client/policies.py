@@ -1,0 +1,80 @@
+"""The operations of wake policies and spend (docs/api.md §9): one flow each,
+shared by both clients (see :mod:`controlplane.client.core`). Their
+docstrings are the clients' own."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from decimal import Decimal
+
+from controlplane.client.core import Flow, OperationsCore, as_interval
+from controlplane.client.queries import policies as q
+from controlplane.models import BudgetPeriod, PolicyScope, WakePolicy
+
+__all__ = ["PolicyOperations"]
+
+
+def _interval(value: timedelta | float | None) -> timedelta | None:
+    return None if value is None else as_interval(value)
+
+
+def _number(value: Decimal | float | int | None) -> Decimal | None:
+    # Through str, so 0.1 is 0.1 and not the binary float's expansion.
+    return None if value is None else Decimal(str(value))
+
+
+class PolicyOperations(OperationsCore):
+    def set_wake_policy(
+        self,
+        scope: PolicyScope | str,
+        scope_id: str,
+        cooldown: timedelta | float | None = None,
+        max_runs: int | None = None,
+        per: timedelta | float | None = None,
+        budget: Decimal | float | None = None,
+        budget_period: BudgetPeriod | str = BudgetPeriod.MONTH,
+        max_retries: int | None = None,
+        retry_backoff: Sequence[timedelta | float] | None = None,
+    ) -> Flow[WakePolicy]:
+        """``office.set_wake_policy`` (since 0.5.0): insert or replace the
+        policy of an agent or a workspace; ``None`` is "not set here"."""
+        params = {
+            "scope": str(scope),
+            "scope_id": scope_id,
+            "cooldown": _interval(cooldown),
+            "max_runs": max_runs,
+            "per": _interval(per),
+            "budget": _number(budget),
+            "budget_period": str(budget_period),
+            "max_retries": max_retries,
+            "retry_backoff": None
+            if retry_backoff is None
+            else [as_interval(step) for step in retry_backoff],
+        }
+        return (yield from self.one(WakePolicy, q.SET_WAKE_POLICY, params))
+
+    def clear_wake_policy(self, scope: PolicyScope | str, scope_id: str) -> Flow[bool]:
+        """``office.clear_wake_policy`` (since 0.5.0): True if there was a
+        policy and it is gone."""
+        params = {"scope": str(scope), "scope_id": scope_id}
+        return (yield from self.changed(q.CLEAR_WAKE_POLICY, params))
+
+    def record_run_cost(
+        self,
+        run_id: str,
+        attempt: int,
+        amount: Decimal | float | int,
+        worker_id: str | None = None,
+    ) -> Flow[bool]:
+        """``office.record_run_cost`` (since 0.5.0): add ``amount`` to the
+        run's cost and its agent's and workspace's spend; True if recorded
+        (the attempt matches, claimed or not any more; and the worker's, when
+        given, while it holds the claim)."""
+        params = {
+            "run_id": run_id,
+            "attempt": attempt,
+            "amount": _number(amount),
+            "worker_id": worker_id,
+        }
+        return (yield from self.changed(q.RECORD_RUN_COST, params))
