@@ -217,6 +217,9 @@ class AsyncWorker(WorkerBase[AsyncOffice, Callable[[Run], Awaitable[object]]]):
     async def _handle(self, slot: _Slot) -> None:
         core = self._core
         started = time.perf_counter()
+        slot.context.async_recorder = partial(
+            self.office.record_run_cost, slot.run.id, slot.run.attempt, worker_id=core.worker_id
+        )
         token = slot.enter()
         # The context is told before the handler is cancelled, so a handler
         # that catches the cancellation knows why.

@@ -198,6 +198,12 @@ class Worker(WorkerBase[Office, Callable[[Run], object]]):
                 timer.daemon = True
                 timer.start()
             started = time.perf_counter()
+            slot.context.recorder = partial(
+                self.office.record_run_cost,
+                slot.run.id,
+                slot.run.attempt,
+                worker_id=self._core.worker_id,
+            )
             token = slot.enter()
             try:
                 refuse_undecodable(slot.run)

@@ -447,3 +447,57 @@ def test_bad_timeouts_and_transient_types_are_refused(dsn: str) -> None:
                 Worker(office, plain, timeout=bad)
         with pytest.raises(TypeError, match="transient"):
             Worker(office, plain, transient=("KeyError",))  # type: ignore[arg-type]
+
+
+def _cost(db: psycopg.Connection[Any], run_id: str) -> Any:
+    row = db.execute("SELECT cost FROM office.runs WHERE id = %s", (run_id,)).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def test_a_sync_handler_records_its_cost_and_a_reached_budget_stops_it(
+    db: psycopg.Connection[Any], dsn: str
+) -> None:
+    (run_id,) = _setup(db)
+    db.execute("SELECT office.set_wake_policy('agent', 'a1', budget => 1, budget_period => 'day')")
+    told: list[bool] = []
+    recorded: list[bool] = []
+
+    def handle(run: Run) -> None:
+        context = current_run_context()
+        if run.attempt > 1:  # claim holds are not built yet: a stopped run can come back
+            context.cancelled.wait(30)
+            return
+        recorded.append(context.record_cost(0.25))
+        recorded.append(context.record_cost(1))  # past the budget of 1
+        told.append(context.cancelled.wait(30))  # the next heartbeat stops it
+
+    with Office(dsn) as office:
+        _work_sync_until(db, office, handle, lambda: bool(told), heartbeat=0.2)
+    assert recorded == [True, True] and told == [True]
+    assert str(_cost(db, run_id)) == "1.25"
+    decisions = db.execute(
+        "SELECT decision FROM office.wake_decisions WHERE run_id = %s ORDER BY id", (run_id,)
+    ).fetchall()
+    assert [d[0] for d in decisions] == ["budget_warning", "budget_exhausted"]
+    # The first attempt's outcome was never written: it was stopped, not finished.
+    assert db.execute(
+        "SELECT count(*) FROM office.runs WHERE id = %s AND status = 'finished'", (run_id,)
+    ).fetchone() == (0,)
+
+
+async def test_an_async_handler_awaits_arecord_cost(db: psycopg.Connection[Any], dsn: str) -> None:
+    (run_id,) = _setup(db)
+    wrong: list[str] = []
+
+    async def handle(run: Run) -> None:
+        context = current_run_context()
+        assert await context.arecord_cost(0.5)
+        try:
+            context.record_cost(1)
+        except RuntimeError as exc:
+            wrong.append(str(exc))
+
+    await _work_until(db, dsn, handle, run_id, "finished")
+    assert str(_cost(db, run_id)) == "0.5"
+    assert wrong and "arecord_cost" in wrong[0]
