@@ -199,6 +199,7 @@ class AsyncOffice(FacadeBase):
     set_wake_policy = async_method(Operations.set_wake_policy)
     clear_wake_policy = async_method(Operations.clear_wake_policy)
     record_run_cost = async_method(Operations.record_run_cost)
+    prune_wake_decisions = async_method(Operations.prune_wake_decisions)
 
     # agents, the schema, raw statements ------------------------------------
     upsert_agent = async_method(Operations.upsert_agent)

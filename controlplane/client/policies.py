@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from decimal import Decimal
 
-from controlplane.client.core import Flow, OperationsCore, as_interval
+from controlplane.client.core import Call, Flow, OperationsCore, as_interval
 from controlplane.client.queries import policies as q
 from controlplane.models import BudgetPeriod, PolicyScope, WakePolicy
 
@@ -78,3 +78,15 @@ class PolicyOperations(OperationsCore):
             "worker_id": worker_id,
         }
         return (yield from self.changed(q.RECORD_RUN_COST, params))
+
+    def prune_wake_decisions(self, older_than: timedelta | float) -> Flow[int]:
+        """``office.prune_wake_decisions`` (since 0.5.0): wake decisions made
+        longer ago than ``older_than`` deleted; the count. 0 on a schema
+        before 0.5.0, which has none (so the daemon's prune loop can call it
+        on any schema)."""
+        reply = yield Call(q.PROBE_WAKE_DECISIONS, {})
+        if not reply.rows:
+            return 0
+        return (
+            yield from self.count(q.PRUNE_WAKE_DECISIONS, {"older_than": as_interval(older_than)})
+        )

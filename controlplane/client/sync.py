@@ -166,6 +166,7 @@ class Office(FacadeBase):
     set_wake_policy = sync_method(Operations.set_wake_policy)
     clear_wake_policy = sync_method(Operations.clear_wake_policy)
     record_run_cost = sync_method(Operations.record_run_cost)
+    prune_wake_decisions = sync_method(Operations.prune_wake_decisions)
 
     # agents, the schema, raw statements ------------------------------------
     upsert_agent = sync_method(Operations.upsert_agent)

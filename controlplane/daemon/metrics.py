@@ -22,7 +22,7 @@ Work done:
 * ``office_routine_ticks_total{outcome}`` - cron ticks: fired, lost (another
   daemon claimed it), armed, rearmed, error;
 * ``office_runs_recovered_total``, ``office_runs_pruned_total``,
-  ``office_events_pruned_total``;
+  ``office_events_pruned_total``, ``office_wake_decisions_pruned_total``;
 * ``office_poison_total{loop}`` - rows a loop set aside because it cannot
   process them (``office.poison``), each counted once, by the daemon that
   reported it: alert on any increase.
@@ -114,6 +114,11 @@ class DaemonMetrics:
         )
         self.events_pruned = Counter(
             "office_events_pruned_total", "Acknowledged events deleted (prune_events).", registry=r
+        )
+        self.wake_decisions_pruned = Counter(
+            "office_wake_decisions_pruned_total",
+            "Wake decisions deleted (prune_wake_decisions).",
+            registry=r,
         )
         self.poison = Counter(
             "office_poison_total",

@@ -8,10 +8,12 @@
   ``heartbeat_run``/``finish_run`` is refused. Workers that do not heartbeat
   are recovered by their claim time: they need ``stale_after`` longer than
   the longest run;
-* prune: ``prune_runs(retention)`` and ``prune_events(retention)`` every
-  ``prune_interval`` - finished runs and acknowledged events older than the
-  retention (default 7 days) are deleted. A pruned run's key is free again:
-  the durable dedup of an occurrence lasts as long as its run is kept.
+* prune: ``prune_runs(retention)``, ``prune_events(retention)`` and
+  ``prune_wake_decisions(retention)`` every ``prune_interval`` - finished
+  runs, acknowledged events and wake decisions older than the retention
+  (default 7 days) are deleted (a schema before 0.5.0 has no decisions). A
+  pruned run's key is free again: the durable dedup of an occurrence lasts
+  as long as its run is kept.
 
 Poison. A stale run the queue cannot take back (a reason or task id written
 by hand, too long for the queued-runs index) is set aside by
@@ -86,14 +88,17 @@ class PruneLoop(Loop):
     def iterate(self) -> bool:
         runs = self.office.prune_runs(self.retention)
         events = self.office.prune_events(self.retention)
+        decisions = self.office.prune_wake_decisions(self.retention)
         self.metrics.runs_pruned.inc(runs)
         self.metrics.events_pruned.inc(events)
-        if runs or events:
+        self.metrics.wake_decisions_pruned.inc(decisions)
+        if runs or events or decisions:
             log.info(
-                "pruned %d runs and %d events older than %s",
+                "pruned %d runs, %d events and %d wake decisions older than %s",
                 runs,
                 events,
+                decisions,
                 self.retention,
-                extra={"runs": runs, "events": events},
+                extra={"runs": runs, "events": events, "wake_decisions": decisions},
             )
         return False

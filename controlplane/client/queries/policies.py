@@ -21,3 +21,11 @@ RECORD_RUN_COST = Query(
     "SELECT office.record_run_cost(run_id => %(run_id)s, attempt => %(attempt)s::pg_catalog.int4,"
     " amount => %(amount)s::pg_catalog.numeric, worker_id => %(worker_id)s) AS changed"
 )
+
+PROBE_WAKE_DECISIONS = Query(
+    "SELECT 1 WHERE pg_catalog.to_regprocedure('office.prune_wake_decisions(interval)') IS NOT NULL"
+)
+
+PRUNE_WAKE_DECISIONS = Query(
+    "SELECT office.prune_wake_decisions(older_than => %(older_than)s) AS count"
+)
