@@ -27,7 +27,7 @@ CREATE UNLOGGED TABLE office.dedup_counters (
     slot   int    NOT NULL,
     queue  text   NOT NULL CHECK (queue = ANY ('{runs,wakeup}'::text[])),
     reason text   NOT NULL,
-    kind   text   NOT NULL CHECK (kind = ANY ('{windowed,durable,coalesced}'::text[])),
+    kind   text   NOT NULL CHECK (kind = ANY ('{windowed,durable,coalesced,guarded}'::text[])),
     total  bigint NOT NULL DEFAULT 0,
     PRIMARY KEY (slot, queue, reason, kind)
 );
@@ -86,7 +86,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION office._count_dedup(text, text, text) IS
-    'Internal: counts one suppressed enqueue (queue runs|wakeup, kind windowed|durable|coalesced) in a slot this transaction holds (office._counter_slot).';
+    'Internal: counts one suppressed enqueue (queue runs|wakeup, kind windowed|durable|coalesced|guarded) in a slot this transaction holds (office._counter_slot).';
 REVOKE EXECUTE ON FUNCTION office._count_dedup(text, text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office._count_dedup(text, text, text) TO office_admin;
 

@@ -744,7 +744,9 @@ GRANT EXECUTE ON FUNCTION office._serve_key_in_snapshot(text, text, text, text, 
 CREATE FUNCTION office.enqueue_run(agent_profile_id text, reason text, payload jsonb DEFAULT '{}',
                                    idempotency_key text DEFAULT NULL, task_id text DEFAULT NULL,
                                    entry_triggered boolean DEFAULT false,
-                                   keyless_cause text DEFAULT NULL, keyless_detail text DEFAULT NULL)
+                                   keyless_cause text DEFAULT NULL, keyless_detail text DEFAULT NULL,
+                                   origin text DEFAULT NULL, cause_run_id text DEFAULT NULL,
+                                   priority int DEFAULT 0, not_before timestamptz DEFAULT NULL)
     RETURNS office.enqueue_result
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
@@ -762,6 +764,13 @@ DECLARE
     v_task    text := nullif($5, '');
     v_entry   boolean := coalesce($6, false);
     v_cause   text := nullif($7, '');
+    v_origin  text := $9;
+    v_cause_run text := nullif($10, '');
+    v_priority  int := coalesce($11, 0);
+    v_due     timestamptz := $12;
+    v_depth   int;
+    v_max_depth int;
+    v_workspace text;
     v_status  text;
     v_window  interval;
     v_locks   record;
@@ -809,13 +818,34 @@ BEGIN
                                  quote_literal(v_cause), quote_literal(v_key));
         END IF;
     END IF;
-    SELECT a.status INTO v_status FROM office.agent_profiles a WHERE a.id = v_agent;
+    -- Lineage and scheduling (docs/api.md §9): origin NULL is agent when a
+    -- cause is named, else system.
+    v_cause_run := office._check_short_text('cause_run_id', v_cause_run);
+    IF v_origin IS NULL THEN
+        v_origin := CASE WHEN v_cause_run IS NOT NULL THEN 'agent' ELSE 'system' END;
+    ELSIF v_origin NOT IN ('human', 'agent', 'system') THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('unknown origin %s (expected human, agent or system)', quote_literal(left(v_origin, 200)));
+    END IF;
+    IF v_priority < -100 OR v_priority > 100 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('priority %s is outside -100 to 100', v_priority);
+    END IF;
+    -- A time in the past means now.
+    v_due := greatest(office._check_timestamp('not_before', v_due), now());
+    SELECT a.status, a.workspace_id INTO v_status, v_workspace FROM office.agent_profiles a WHERE a.id = v_agent;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'OFA01', MESSAGE = format('agent %s not found', quote_literal(v_agent));
     END IF;
     IF v_status = ANY (office._statuses_refusing_runs()) THEN
         RAISE EXCEPTION USING ERRCODE = 'OFA02',
             MESSAGE = format('agent %s is %s and does not accept runs', quote_literal(v_agent), v_status);
+    END IF;
+    v_depth := office._chain_depth(v_workspace, v_origin, v_cause_run, true);
+    -- The guard's setting is read on every call of origin agent, so a bad
+    -- value fails the first such call, not the first deep one.
+    IF v_origin = 'agent' THEN
+        v_max_depth := office._max_chain_depth();
     END IF;
 
     -- A keyless call reported with a cause is counted whatever its outcome.
@@ -858,6 +888,20 @@ BEGIN
             PERFORM office._run_lock(v_key_lock, v_agent, v_reason, v_key);
             v_locked := true;
         END LOOP;
+    END IF;
+
+    -- 2a. The loop guard: an agent-caused request deeper than
+    -- office.max_chain_depth is not enqueued. It records no key (so a
+    -- redelivery is judged again, by the chain as it is then), and is
+    -- counted and written down instead.
+    IF v_max_depth > 0 AND v_depth > v_max_depth THEN
+        PERFORM office._count_dedup('runs', v_reason, 'guarded');
+        PERFORM office._write_wake_decision(v_agent, NULL, 'guarded', v_origin, v_cause_run, v_depth,
+                                            jsonb_build_object('reason', v_reason, 'task_id', v_task,
+                                                               'idempotency_key', v_key,
+                                                               'max_chain_depth', v_max_depth));
+        v_result := ('guarded', NULL, NULL);
+        RETURN v_result;
     END IF;
 
     -- 3. Coalesce, unless the request is entry-triggered or comment-keyed.
@@ -920,15 +964,21 @@ BEGIN
     -- NOTHING, and the next statement (a fresh snapshot) finds the holder. If
     -- the holder vanished meanwhile (rolled back, pruned), try again.
     LOOP
-        INSERT INTO office.runs (agent_profile_id, reason, payload, idempotency_key, task_id, entry_triggered)
-        VALUES (v_agent, v_reason, v_payload, v_key, v_task, v_entry)
+        INSERT INTO office.runs (agent_profile_id, reason, payload, idempotency_key, task_id, entry_triggered,
+                                 origin, cause_run_id, chain_depth, priority, scheduled_retry_at)
+        VALUES (v_agent, v_reason, v_payload, v_key, v_task, v_entry,
+                v_origin, v_cause_run, v_depth, v_priority, CASE WHEN v_due > now() THEN v_due END)
         ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
         RETURNING id INTO v_id;
         IF v_id IS NOT NULL THEN
             IF v_key IS NOT NULL AND current_setting('transaction_isolation') <> 'read committed' THEN
                 PERFORM office._serve_key_in_snapshot(v_key, v_id, v_agent, v_reason, false);
             END IF;
-            PERFORM office._signal_runs(ARRAY[v_agent], ARRAY[v_id]);
+            -- A run that is not claimable yet wakes no worker (its agent's
+            -- readiness row says when it is due).
+            IF v_due <= now() THEN
+                PERFORM office._signal_runs(ARRAY[v_agent], ARRAY[v_id]);
+            END IF;
             v_result := ('queued', NULL, v_id);
             RETURN v_result;
         END IF;
@@ -941,10 +991,10 @@ BEGIN
     END LOOP;
 END
 $$;
-COMMENT ON FUNCTION office.enqueue_run(text, text, jsonb, text, text, boolean, text, text) IS
-    'Enqueues a run: a key already served (own or recorded by a coalesce) -> deduped windowed|durable; else coalesce (the key is recorded on the target); else insert. Returns (outcome queued|deduped|coalesced, dedup_kind windowed|durable, run_id); on queued the wake-up signal of office.notify (NOTIFY office_runs, the agent id). Bad input 22023, unknown agent OFA01, agent not accepting runs OFA02.';
-REVOKE EXECUTE ON FUNCTION office.enqueue_run(text, text, jsonb, text, text, boolean, text, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION office.enqueue_run(text, text, jsonb, text, text, boolean, text, text)
+COMMENT ON FUNCTION office.enqueue_run(text, text, jsonb, text, text, boolean, text, text, text, text, int, timestamptz) IS
+    'Enqueues a run: a key already served (own or recorded by a coalesce) -> deduped windowed|durable; else coalesce (the key is recorded on the target); else insert. An agent-caused request deeper than office.max_chain_depth -> guarded (no key recorded, no run; counted and written to wake_decisions). Returns (outcome queued|deduped|coalesced|guarded, dedup_kind windowed|durable, run_id); on queued the wake-up signal of office.notify (NOTIFY office_runs, the agent id) unless not_before delays the run. Bad input 22023, unknown agent OFA01, agent not accepting runs OFA02, a cause_run_id of another workspace OFW01.';
+REVOKE EXECUTE ON FUNCTION office.enqueue_run(text, text, jsonb, text, text, boolean, text, text, text, text, int, timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.enqueue_run(text, text, jsonb, text, text, boolean, text, text, text, text, int, timestamptz)
     TO office_producer, office_admin;
 
 -- enqueue_runs applies its elements in order, each seeing the ones before it,

@@ -76,3 +76,79 @@ COMMENT ON FUNCTION office.prune_wake_decisions(interval) IS
     'Deletes wake decisions made longer ago than older_than; returns the count.';
 REVOKE EXECUTE ON FUNCTION office.prune_wake_decisions(interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.prune_wake_decisions(interval) TO office_admin;
+
+-- --- lineage: who caused a run, and how deep its chain is -------------------------
+--
+-- A run's chain_depth counts the agent-caused wakes that lead to it: 0 for a
+-- human or system origin (a human action starts a new chain), else 1 + the
+-- depth of its cause when the cause is a run of the woken agent's workspace,
+-- else 1 (a cause that names no run here: pruned, made up, or on another
+-- shard). The loop guard of enqueue_run compares it with
+-- office.max_chain_depth.
+
+-- office.max_chain_depth, read with current_setting(name, true) so that
+-- ALTER DATABASE ... SET works; unset or '' is the default 20, 0 turns the
+-- guard off, and anything but a non-negative integer is 22023 naming the
+-- setting. A value beyond int's range is as good as no limit: a depth is an int.
+CREATE FUNCTION office._max_chain_depth() RETURNS int
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_text text := btrim(current_setting('office.max_chain_depth', true));
+BEGIN
+    IF v_text IS NULL OR v_text = '' THEN
+        RETURN 20;
+    END IF;
+    IF v_text !~ '^[0-9]+$' THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('setting office.max_chain_depth = %s must be an integer >= 0 (0 turns the loop guard off)',
+                             quote_literal(left(v_text, 200)));
+    END IF;
+    RETURN least(v_text::numeric, 2147483647)::int;
+END
+$$;
+COMMENT ON FUNCTION office._max_chain_depth() IS
+    'Internal: the setting office.max_chain_depth (unset or empty: 20; 0: no loop guard); a value that is not an integer >= 0 is 22023 naming the setting.';
+REVOKE EXECUTE ON FUNCTION office._max_chain_depth() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._max_chain_depth() TO office_admin;
+
+-- The chain depth of a request of origin into workspace_id caused by
+-- cause_run_id (NULL: none). strict (an explicit cause of enqueue_run): a
+-- cause that is a run of another workspace is OFW01, a reference across
+-- workspaces; internal producers pass false and treat it as unknown. The
+-- cause is looked up by its primary key, whatever the origin, so that an
+-- explicit cause is refused alike for every origin.
+CREATE FUNCTION office._chain_depth(workspace_id text, origin text, cause_run_id text, strict boolean)
+    RETURNS int
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_depth     int;
+    v_workspace text;
+BEGIN
+    IF $3 IS NULL THEN
+        RETURN CASE WHEN $2 = 'agent' THEN 1 ELSE 0 END;
+    END IF;
+    SELECT r.chain_depth, a.workspace_id INTO v_depth, v_workspace
+      FROM office.runs r LEFT JOIN office.agent_profiles a ON a.id = r.agent_profile_id
+     WHERE r.id = $3;
+    IF $4 AND v_workspace IS DISTINCT FROM $1 AND v_workspace IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'OFW01',
+            MESSAGE = format('cause_run_id %s is a run of workspace %s, not of workspace %s',
+                             quote_literal($3), quote_literal(v_workspace), quote_literal($1));
+    END IF;
+    IF $2 <> 'agent' THEN
+        RETURN 0;
+    END IF;
+    IF v_workspace = $1 THEN
+        RETURN least(v_depth::bigint + 1, 2147483647)::int;
+    END IF;
+    RETURN 1;
+END
+$$;
+COMMENT ON FUNCTION office._chain_depth(text, text, text, boolean) IS
+    'Internal: the chain_depth of a request of origin into workspace_id caused by cause_run_id: 0 for human and system; for agent 1 + the cause''s depth when the cause is a run of that workspace, else 1; strict: a cause of another workspace is OFW01.';
+REVOKE EXECUTE ON FUNCTION office._chain_depth(text, text, text, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._chain_depth(text, text, text, boolean) TO office_admin;

@@ -12,7 +12,7 @@ SELECT c.queue, c.reason, c.kind, pg_catalog.sum(c.total)::bigint AS total
   FROM office.dedup_counters c
  GROUP BY c.queue, c.reason, c.kind;
 COMMENT ON VIEW office.dedup_stats IS
-    'Suppressed enqueues by queue (runs|wakeup), reason and kind (windowed|durable|coalesced; coalesced is queue runs). Counters restart from zero after a crash.';
+    'Suppressed enqueues by queue (runs|wakeup), reason and kind (windowed|durable|coalesced|guarded; coalesced and guarded are queue runs). Counters restart from zero after a crash.';
 REVOKE ALL ON office.dedup_stats FROM PUBLIC;
 GRANT SELECT ON office.dedup_stats TO office_reader, office_admin;
 

@@ -75,26 +75,29 @@ BEGIN
             EXECUTE pg_catalog.format(
                 $create$CREATE OR REPLACE FUNCTION office._enqueue_run_plpgsql(agent_profile_id text, reason text, payload jsonb,
                          idempotency_key text, task_id text, entry_triggered boolean,
-                         keyless_cause text, keyless_detail text)
+                         keyless_cause text, keyless_detail text, origin text, cause_run_id text,
+                         priority int, not_before timestamptz)
                      RETURNS office.enqueue_result
                      LANGUAGE plpgsql VOLATILE SECURITY DEFINER
                      SET search_path = pg_catalog, pg_temp
                      SET enable_seqscan = off
                      AS %L$create$,
                 (SELECT p.prosrc FROM pg_catalog.pg_proc p
-                  WHERE p.oid IN (pg_catalog.to_regprocedure('office.enqueue_run(text, text, jsonb, text, text, boolean, text, text)'),
-                                  pg_catalog.to_regprocedure('office._enqueue_run_plpgsql(text, text, jsonb, text, text, boolean, text, text)'))
+                  WHERE p.oid IN (pg_catalog.to_regprocedure('office.enqueue_run(text, text, jsonb, text, text, boolean, text, text, text, text, int, timestamptz)'),
+                                  pg_catalog.to_regprocedure('office._enqueue_run_plpgsql(text, text, jsonb, text, text, boolean, text, text, text, text, int, timestamptz)'))
                     AND p.prolang = (SELECT l.oid FROM pg_catalog.pg_language l WHERE l.lanname = 'plpgsql')
                   ORDER BY p.proname = 'enqueue_run' DESC LIMIT 1));
-            COMMENT ON FUNCTION office._enqueue_run_plpgsql(text, text, jsonb, text, text, boolean, text, text) IS
+            COMMENT ON FUNCTION office._enqueue_run_plpgsql(text, text, jsonb, text, text, boolean, text, text, text, text, int, timestamptz) IS
                 'Internal: the PL/pgSQL definition of office.enqueue_run, to which its C definition hands the calls it does not decide itself (sql/95_native.sql).';
-            REVOKE EXECUTE ON FUNCTION office._enqueue_run_plpgsql(text, text, jsonb, text, text, boolean, text, text) FROM PUBLIC;
-            GRANT EXECUTE ON FUNCTION office._enqueue_run_plpgsql(text, text, jsonb, text, text, boolean, text, text)
+            REVOKE EXECUTE ON FUNCTION office._enqueue_run_plpgsql(text, text, jsonb, text, text, boolean, text, text, text, text, int, timestamptz) FROM PUBLIC;
+            GRANT EXECUTE ON FUNCTION office._enqueue_run_plpgsql(text, text, jsonb, text, text, boolean, text, text, text, text, int, timestamptz)
                 TO office_admin;
             CREATE OR REPLACE FUNCTION office.enqueue_run(agent_profile_id text, reason text, payload jsonb DEFAULT '{}',
                                                           idempotency_key text DEFAULT NULL, task_id text DEFAULT NULL,
                                                           entry_triggered boolean DEFAULT false,
-                                                          keyless_cause text DEFAULT NULL, keyless_detail text DEFAULT NULL)
+                                                          keyless_cause text DEFAULT NULL, keyless_detail text DEFAULT NULL,
+                                                          origin text DEFAULT NULL, cause_run_id text DEFAULT NULL,
+                                                          priority int DEFAULT 0, not_before timestamptz DEFAULT NULL)
                 RETURNS office.enqueue_result
                 LANGUAGE c VOLATILE SECURITY DEFINER
                 AS '$libdir/office', 'office_enqueue_run';

@@ -12,7 +12,9 @@
  *   - one that is not served and finds no coalesce target: its run inserted
  *     ('queued'), signalled.
  * Handed on: anything invalid (that definition raises the error it names),
- * a keyless_cause (counted there), a set window (parsed and checked there,
+ * a keyless_cause (counted there), an origin other than system, a cause, a
+ * priority or a not_before (lineage, the loop guard and scheduling are
+ * decided there), a set window (parsed and checked there,
  * on every call that could read it), a keyed call outside READ COMMITTED
  * (there its key is checked against what the snapshot cannot see), a lock
  * another transaction holds (there a served key is answered at once, else
@@ -245,6 +247,25 @@ enqueue_result(FunctionCallInfo fcinfo, const char *outcome, const char *dedup_k
 	return HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(descriptor), values, nulls));
 }
 
+/*
+ * Whether the lineage and scheduling arguments (origin, cause_run_id,
+ * priority, not_before) are those of a system request due now: origin NULL
+ * or 'system', no cause, priority 0, no not_before. Its run takes the
+ * columns' defaults (origin system, depth 0, priority 0) and the loop guard
+ * never applies to it; any other request is decided there.
+ */
+static bool
+lineage_default(FunctionCallInfo fcinfo)
+{
+	text *origin = text_argument(fcinfo, 8, false);
+
+	if (origin != NULL &&
+		(VARSIZE_ANY_EXHDR(origin) != 6 || memcmp(VARDATA_ANY(origin), "system", 6) != 0))
+		return false;
+	return text_argument(fcinfo, 9, true) == NULL && (PG_ARGISNULL(10) || PG_GETARG_INT32(10) == 0) &&
+		   PG_ARGISNULL(11);
+}
+
 Datum
 office_enqueue_run(PG_FUNCTION_ARGS)
 {
@@ -264,7 +285,7 @@ office_enqueue_run(PG_FUNCTION_ARGS)
 	if (agent == NULL || VARSIZE_ANY_EXHDR(agent) == 0 ||
 		reason == NULL || VARSIZE_ANY_EXHDR(reason) == 0 ||
 		!short_text_ok(reason) || !short_text_ok(task) || PG_ARGISNULL(2) ||
-		text_argument(fcinfo, 6, true) != NULL)
+		text_argument(fcinfo, 6, true) != NULL || !lineage_default(fcinfo))
 		return hand_on(fcinfo, "_enqueue_run_plpgsql");
 	{
 		Jsonb *object = DatumGetJsonbP(payload);

@@ -266,11 +266,11 @@ hand_on(FunctionCallInfo fcinfo, const char *portable)
 	int		 nargs;
 	Oid		 function;
 	FmgrInfo flinfo;
-	LOCAL_FCINFO(call, 8);
+	LOCAL_FCINFO(call, 12);
 	Datum result;
 
 	(void) get_func_signature(fcinfo->flinfo->fn_oid, &types, &nargs);
-	Assert(nargs <= 8 && nargs == fcinfo->nargs);
+	Assert(nargs <= 12 && nargs == fcinfo->nargs);
 	function = LookupFuncName(list_make2(makeString("office"), makeString(pstrdup(portable))),
 							  nargs, types, false);
 	fmgr_info(function, &flinfo);

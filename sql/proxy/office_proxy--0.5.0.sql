@@ -1190,28 +1190,28 @@ COMMENT ON FUNCTION office.due_routine_triggers(at timestamp with time zone, max
 REVOKE EXECUTE ON FUNCTION office.due_routine_triggers(at timestamp with time zone, max_rows integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.due_routine_triggers(at timestamp with time zone, max_rows integer) TO office_admin, office_reader, office_worker;
 
-CREATE FUNCTION office._on_enqueue_run(_part integer, _a1 text, _a2 text, _a3 jsonb, _a4 text, _a5 text, _a6 boolean, _a7 text, _a8 text) RETURNS office.enqueue_result
+CREATE FUNCTION office._on_enqueue_run(_part integer, _a1 text, _a2 text, _a3 jsonb, _a4 text, _a5 text, _a6 boolean, _a7 text, _a8 text, _a9 text, _a10 text, _a11 integer, _a12 timestamp with time zone) RETURNS office.enqueue_result
     LANGUAGE plproxy
     SET search_path = pg_catalog, pg_temp
 AS $$
     CLUSTER 'office_cluster';
     RUN ON _part;
-    SELECT * FROM office.enqueue_run($2, $3, $4, $5, $6, $7, $8, $9);
+    SELECT * FROM office.enqueue_run($2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13);
 $$;
-COMMENT ON FUNCTION office._on_enqueue_run(integer, text, text, jsonb, text, text, boolean, text, text) IS
+COMMENT ON FUNCTION office._on_enqueue_run(integer, text, text, jsonb, text, text, boolean, text, text, text, text, integer, timestamp with time zone) IS
     'Internal: office.enqueue_run on the shard of partition _part (on).';
-REVOKE EXECUTE ON FUNCTION office._on_enqueue_run(integer, text, text, jsonb, text, text, boolean, text, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION office._on_enqueue_run(integer, text, text, jsonb, text, text, boolean, text, text) TO office_admin, office_producer;
-CREATE FUNCTION office.enqueue_run(agent_profile_id text, reason text, payload jsonb DEFAULT '{}'::jsonb, idempotency_key text DEFAULT NULL::text, task_id text DEFAULT NULL::text, entry_triggered boolean DEFAULT false, keyless_cause text DEFAULT NULL::text, keyless_detail text DEFAULT NULL::text) RETURNS office.enqueue_result
+REVOKE EXECUTE ON FUNCTION office._on_enqueue_run(integer, text, text, jsonb, text, text, boolean, text, text, text, text, integer, timestamp with time zone) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_enqueue_run(integer, text, text, jsonb, text, text, boolean, text, text, text, text, integer, timestamp with time zone) TO office_admin, office_producer;
+CREATE FUNCTION office.enqueue_run(agent_profile_id text, reason text, payload jsonb DEFAULT '{}'::jsonb, idempotency_key text DEFAULT NULL::text, task_id text DEFAULT NULL::text, entry_triggered boolean DEFAULT false, keyless_cause text DEFAULT NULL::text, keyless_detail text DEFAULT NULL::text, origin text DEFAULT NULL::text, cause_run_id text DEFAULT NULL::text, priority integer DEFAULT 0, not_before timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS office.enqueue_result
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
 AS $fn$
-    SELECT * FROM office._on_enqueue_run(office._route('agent', $1), $1, $2, $3, $4, $5, $6, $7, $8)
+    SELECT * FROM office._on_enqueue_run(office._route('agent', $1), $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
 $fn$;
-COMMENT ON FUNCTION office.enqueue_run(agent_profile_id text, reason text, payload jsonb, idempotency_key text, task_id text, entry_triggered boolean, keyless_cause text, keyless_detail text) IS
-    'Enqueues a run: a key already served (own or recorded by a coalesce) -> deduped windowed|durable; else coalesce (the key is recorded on the target); else insert. Returns (outcome queued|deduped|coalesced, dedup_kind windowed|durable, run_id); on queued the wake-up signal of office.notify (NOTIFY office_runs, the agent id). Bad input 22023, unknown agent OFA01, agent not accepting runs OFA02.';
-REVOKE EXECUTE ON FUNCTION office.enqueue_run(agent_profile_id text, reason text, payload jsonb, idempotency_key text, task_id text, entry_triggered boolean, keyless_cause text, keyless_detail text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION office.enqueue_run(agent_profile_id text, reason text, payload jsonb, idempotency_key text, task_id text, entry_triggered boolean, keyless_cause text, keyless_detail text) TO office_admin, office_producer;
+COMMENT ON FUNCTION office.enqueue_run(agent_profile_id text, reason text, payload jsonb, idempotency_key text, task_id text, entry_triggered boolean, keyless_cause text, keyless_detail text, origin text, cause_run_id text, priority integer, not_before timestamp with time zone) IS
+    'Enqueues a run: a key already served (own or recorded by a coalesce) -> deduped windowed|durable; else coalesce (the key is recorded on the target); else insert. An agent-caused request deeper than office.max_chain_depth -> guarded (no key recorded, no run; counted and written to wake_decisions). Returns (outcome queued|deduped|coalesced|guarded, dedup_kind windowed|durable, run_id); on queued the wake-up signal of office.notify (NOTIFY office_runs, the agent id) unless not_before delays the run. Bad input 22023, unknown agent OFA01, agent not accepting runs OFA02, a cause_run_id of another workspace OFW01.';
+REVOKE EXECUTE ON FUNCTION office.enqueue_run(agent_profile_id text, reason text, payload jsonb, idempotency_key text, task_id text, entry_triggered boolean, keyless_cause text, keyless_detail text, origin text, cause_run_id text, priority integer, not_before timestamp with time zone) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.enqueue_run(agent_profile_id text, reason text, payload jsonb, idempotency_key text, task_id text, entry_triggered boolean, keyless_cause text, keyless_detail text, origin text, cause_run_id text, priority integer, not_before timestamp with time zone) TO office_admin, office_producer;
 
 CREATE FUNCTION office._on_enqueue_runs(_part integer, _a1 jsonb) RETURNS TABLE(ordinality integer, outcome text, dedup_kind text, run_id text)
     LANGUAGE plproxy
@@ -2591,7 +2591,7 @@ CREATE VIEW office.dedup_stats AS
      GROUP BY queue, reason, kind
      ORDER BY pg_catalog.min(_n);
 COMMENT ON VIEW office.dedup_stats IS
-    'Suppressed enqueues by queue (runs|wakeup), reason and kind (windowed|durable|coalesced; coalesced is queue runs). Counters restart from zero after a crash.';
+    'Suppressed enqueues by queue (runs|wakeup), reason and kind (windowed|durable|coalesced|guarded; coalesced and guarded are queue runs). Counters restart from zero after a crash.';
 REVOKE ALL ON office.dedup_stats FROM PUBLIC;
 GRANT SELECT ON office.dedup_stats TO office_admin, office_reader;
 CREATE FUNCTION office._all_keyless_stats(_part integer) RETURNS TABLE(reason text, cause text, total bigint)

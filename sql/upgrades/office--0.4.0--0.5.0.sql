@@ -345,10 +345,18 @@ COMMENT ON FUNCTION office._serve_key_in_snapshot(text, text, text, text, boolea
 REVOKE EXECUTE ON FUNCTION office._serve_key_in_snapshot(text, text, text, text, boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office._serve_key_in_snapshot(text, text, text, text, boolean) TO office_admin;
 
-CREATE OR REPLACE FUNCTION office.enqueue_run(agent_profile_id text, reason text, payload jsonb DEFAULT '{}',
+-- enqueue_run takes four more parameters (origin, cause_run_id, priority,
+-- not_before): a new signature, so the 8-argument function goes, and with it
+-- the PL/pgSQL body 95_native.sql kept for its C definition (the native block
+-- at the end binds both again with 12 arguments).
+DROP FUNCTION IF EXISTS office._enqueue_run_plpgsql(text, text, jsonb, text, text, boolean, text, text);
+DROP FUNCTION office.enqueue_run(text, text, jsonb, text, text, boolean, text, text);
+CREATE FUNCTION office.enqueue_run(agent_profile_id text, reason text, payload jsonb DEFAULT '{}',
                                    idempotency_key text DEFAULT NULL, task_id text DEFAULT NULL,
                                    entry_triggered boolean DEFAULT false,
-                                   keyless_cause text DEFAULT NULL, keyless_detail text DEFAULT NULL)
+                                   keyless_cause text DEFAULT NULL, keyless_detail text DEFAULT NULL,
+                                   origin text DEFAULT NULL, cause_run_id text DEFAULT NULL,
+                                   priority int DEFAULT 0, not_before timestamptz DEFAULT NULL)
     RETURNS office.enqueue_result
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
@@ -366,6 +374,13 @@ DECLARE
     v_task    text := nullif($5, '');
     v_entry   boolean := coalesce($6, false);
     v_cause   text := nullif($7, '');
+    v_origin  text := $9;
+    v_cause_run text := nullif($10, '');
+    v_priority  int := coalesce($11, 0);
+    v_due     timestamptz := $12;
+    v_depth   int;
+    v_max_depth int;
+    v_workspace text;
     v_status  text;
     v_window  interval;
     v_locks   record;
@@ -413,13 +428,34 @@ BEGIN
                                  quote_literal(v_cause), quote_literal(v_key));
         END IF;
     END IF;
-    SELECT a.status INTO v_status FROM office.agent_profiles a WHERE a.id = v_agent;
+    -- Lineage and scheduling (docs/api.md §9): origin NULL is agent when a
+    -- cause is named, else system.
+    v_cause_run := office._check_short_text('cause_run_id', v_cause_run);
+    IF v_origin IS NULL THEN
+        v_origin := CASE WHEN v_cause_run IS NOT NULL THEN 'agent' ELSE 'system' END;
+    ELSIF v_origin NOT IN ('human', 'agent', 'system') THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('unknown origin %s (expected human, agent or system)', quote_literal(left(v_origin, 200)));
+    END IF;
+    IF v_priority < -100 OR v_priority > 100 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('priority %s is outside -100 to 100', v_priority);
+    END IF;
+    -- A time in the past means now.
+    v_due := greatest(office._check_timestamp('not_before', v_due), now());
+    SELECT a.status, a.workspace_id INTO v_status, v_workspace FROM office.agent_profiles a WHERE a.id = v_agent;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'OFA01', MESSAGE = format('agent %s not found', quote_literal(v_agent));
     END IF;
     IF v_status = ANY (office._statuses_refusing_runs()) THEN
         RAISE EXCEPTION USING ERRCODE = 'OFA02',
             MESSAGE = format('agent %s is %s and does not accept runs', quote_literal(v_agent), v_status);
+    END IF;
+    v_depth := office._chain_depth(v_workspace, v_origin, v_cause_run, true);
+    -- The guard's setting is read on every call of origin agent, so a bad
+    -- value fails the first such call, not the first deep one.
+    IF v_origin = 'agent' THEN
+        v_max_depth := office._max_chain_depth();
     END IF;
 
     -- A keyless call reported with a cause is counted whatever its outcome.
@@ -462,6 +498,20 @@ BEGIN
             PERFORM office._run_lock(v_key_lock, v_agent, v_reason, v_key);
             v_locked := true;
         END LOOP;
+    END IF;
+
+    -- 2a. The loop guard: an agent-caused request deeper than
+    -- office.max_chain_depth is not enqueued. It records no key (so a
+    -- redelivery is judged again, by the chain as it is then), and is
+    -- counted and written down instead.
+    IF v_max_depth > 0 AND v_depth > v_max_depth THEN
+        PERFORM office._count_dedup('runs', v_reason, 'guarded');
+        PERFORM office._write_wake_decision(v_agent, NULL, 'guarded', v_origin, v_cause_run, v_depth,
+                                            jsonb_build_object('reason', v_reason, 'task_id', v_task,
+                                                               'idempotency_key', v_key,
+                                                               'max_chain_depth', v_max_depth));
+        v_result := ('guarded', NULL, NULL);
+        RETURN v_result;
     END IF;
 
     -- 3. Coalesce, unless the request is entry-triggered or comment-keyed.
@@ -524,15 +574,21 @@ BEGIN
     -- NOTHING, and the next statement (a fresh snapshot) finds the holder. If
     -- the holder vanished meanwhile (rolled back, pruned), try again.
     LOOP
-        INSERT INTO office.runs (agent_profile_id, reason, payload, idempotency_key, task_id, entry_triggered)
-        VALUES (v_agent, v_reason, v_payload, v_key, v_task, v_entry)
+        INSERT INTO office.runs (agent_profile_id, reason, payload, idempotency_key, task_id, entry_triggered,
+                                 origin, cause_run_id, chain_depth, priority, scheduled_retry_at)
+        VALUES (v_agent, v_reason, v_payload, v_key, v_task, v_entry,
+                v_origin, v_cause_run, v_depth, v_priority, CASE WHEN v_due > now() THEN v_due END)
         ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
         RETURNING id INTO v_id;
         IF v_id IS NOT NULL THEN
             IF v_key IS NOT NULL AND current_setting('transaction_isolation') <> 'read committed' THEN
                 PERFORM office._serve_key_in_snapshot(v_key, v_id, v_agent, v_reason, false);
             END IF;
-            PERFORM office._signal_runs(ARRAY[v_agent], ARRAY[v_id]);
+            -- A run that is not claimable yet wakes no worker (its agent's
+            -- readiness row says when it is due).
+            IF v_due <= now() THEN
+                PERFORM office._signal_runs(ARRAY[v_agent], ARRAY[v_id]);
+            END IF;
             v_result := ('queued', NULL, v_id);
             RETURN v_result;
         END IF;
@@ -545,10 +601,10 @@ BEGIN
     END LOOP;
 END
 $$;
-COMMENT ON FUNCTION office.enqueue_run(text, text, jsonb, text, text, boolean, text, text) IS
-    'Enqueues a run: a key already served (own or recorded by a coalesce) -> deduped windowed|durable; else coalesce (the key is recorded on the target); else insert. Returns (outcome queued|deduped|coalesced, dedup_kind windowed|durable, run_id); on queued the wake-up signal of office.notify (NOTIFY office_runs, the agent id). Bad input 22023, unknown agent OFA01, agent not accepting runs OFA02.';
-REVOKE EXECUTE ON FUNCTION office.enqueue_run(text, text, jsonb, text, text, boolean, text, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION office.enqueue_run(text, text, jsonb, text, text, boolean, text, text)
+COMMENT ON FUNCTION office.enqueue_run(text, text, jsonb, text, text, boolean, text, text, text, text, int, timestamptz) IS
+    'Enqueues a run: a key already served (own or recorded by a coalesce) -> deduped windowed|durable; else coalesce (the key is recorded on the target); else insert. An agent-caused request deeper than office.max_chain_depth -> guarded (no key recorded, no run; counted and written to wake_decisions). Returns (outcome queued|deduped|coalesced|guarded, dedup_kind windowed|durable, run_id); on queued the wake-up signal of office.notify (NOTIFY office_runs, the agent id) unless not_before delays the run. Bad input 22023, unknown agent OFA01, agent not accepting runs OFA02, a cause_run_id of another workspace OFW01.';
+REVOKE EXECUTE ON FUNCTION office.enqueue_run(text, text, jsonb, text, text, boolean, text, text, text, text, int, timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.enqueue_run(text, text, jsonb, text, text, boolean, text, text, text, text, int, timestamptz)
     TO office_producer, office_admin;
 
 CREATE OR REPLACE FUNCTION office.enqueue_runs(requests jsonb)
@@ -820,6 +876,14 @@ REVOKE EXECUTE ON FUNCTION office.enqueue_runs(jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.enqueue_runs(jsonb) TO office_producer, office_admin;
 -- (end of runs)
 
+-- The loop guard's outcome is counted as a dedup kind of its own.
+ALTER TABLE office.dedup_counters DROP CONSTRAINT dedup_counters_kind_check,
+    ADD CONSTRAINT dedup_counters_kind_check CHECK (kind = ANY ('{windowed,durable,coalesced,guarded}'::text[]));
+COMMENT ON VIEW office.dedup_stats IS
+    'Suppressed enqueues by queue (runs|wakeup), reason and kind (windowed|durable|coalesced|guarded; coalesced and guarded are queue runs). Counters restart from zero after a crash.';
+COMMENT ON FUNCTION office._count_dedup(text, text, text) IS
+    'Internal: counts one suppressed enqueue (queue runs|wakeup, kind windowed|durable|coalesced|guarded) in a slot this transaction holds (office._counter_slot).';
+
 -- === governance (35_governance.sql) ===========================================
 CREATE TABLE office.wake_decisions (
     id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -887,6 +951,82 @@ COMMENT ON FUNCTION office.prune_wake_decisions(interval) IS
     'Deletes wake decisions made longer ago than older_than; returns the count.';
 REVOKE EXECUTE ON FUNCTION office.prune_wake_decisions(interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.prune_wake_decisions(interval) TO office_admin;
+-- --- lineage: who caused a run, and how deep its chain is -------------------------
+--
+-- A run's chain_depth counts the agent-caused wakes that lead to it: 0 for a
+-- human or system origin (a human action starts a new chain), else 1 + the
+-- depth of its cause when the cause is a run of the woken agent's workspace,
+-- else 1 (a cause that names no run here: pruned, made up, or on another
+-- shard). The loop guard of enqueue_run compares it with
+-- office.max_chain_depth.
+
+-- office.max_chain_depth, read with current_setting(name, true) so that
+-- ALTER DATABASE ... SET works; unset or '' is the default 20, 0 turns the
+-- guard off, and anything but a non-negative integer is 22023 naming the
+-- setting. A value beyond int's range is as good as no limit: a depth is an int.
+CREATE FUNCTION office._max_chain_depth() RETURNS int
+    LANGUAGE plpgsql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_text text := btrim(current_setting('office.max_chain_depth', true));
+BEGIN
+    IF v_text IS NULL OR v_text = '' THEN
+        RETURN 20;
+    END IF;
+    IF v_text !~ '^[0-9]+$' THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('setting office.max_chain_depth = %s must be an integer >= 0 (0 turns the loop guard off)',
+                             quote_literal(left(v_text, 200)));
+    END IF;
+    RETURN least(v_text::numeric, 2147483647)::int;
+END
+$$;
+COMMENT ON FUNCTION office._max_chain_depth() IS
+    'Internal: the setting office.max_chain_depth (unset or empty: 20; 0: no loop guard); a value that is not an integer >= 0 is 22023 naming the setting.';
+REVOKE EXECUTE ON FUNCTION office._max_chain_depth() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._max_chain_depth() TO office_admin;
+
+-- The chain depth of a request of origin into workspace_id caused by
+-- cause_run_id (NULL: none). strict (an explicit cause of enqueue_run): a
+-- cause that is a run of another workspace is OFW01, a reference across
+-- workspaces; internal producers pass false and treat it as unknown. The
+-- cause is looked up by its primary key, whatever the origin, so that an
+-- explicit cause is refused alike for every origin.
+CREATE FUNCTION office._chain_depth(workspace_id text, origin text, cause_run_id text, strict boolean)
+    RETURNS int
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_depth     int;
+    v_workspace text;
+BEGIN
+    IF $3 IS NULL THEN
+        RETURN CASE WHEN $2 = 'agent' THEN 1 ELSE 0 END;
+    END IF;
+    SELECT r.chain_depth, a.workspace_id INTO v_depth, v_workspace
+      FROM office.runs r LEFT JOIN office.agent_profiles a ON a.id = r.agent_profile_id
+     WHERE r.id = $3;
+    IF $4 AND v_workspace IS DISTINCT FROM $1 AND v_workspace IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'OFW01',
+            MESSAGE = format('cause_run_id %s is a run of workspace %s, not of workspace %s',
+                             quote_literal($3), quote_literal(v_workspace), quote_literal($1));
+    END IF;
+    IF $2 <> 'agent' THEN
+        RETURN 0;
+    END IF;
+    IF v_workspace = $1 THEN
+        RETURN least(v_depth::bigint + 1, 2147483647)::int;
+    END IF;
+    RETURN 1;
+END
+$$;
+COMMENT ON FUNCTION office._chain_depth(text, text, text, boolean) IS
+    'Internal: the chain_depth of a request of origin into workspace_id caused by cause_run_id: 0 for human and system; for agent 1 + the cause''s depth when the cause is a run of that workspace, else 1; strict: a cause of another workspace is OFW01.';
+REVOKE EXECUTE ON FUNCTION office._chain_depth(text, text, text, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._chain_depth(text, text, text, boolean) TO office_admin;
+
 -- (end of governance)
 
 -- === events (45_events.sql) =================================================
@@ -1786,18 +1926,26 @@ BEGIN
             EXECUTE pg_catalog.format(
                 $create$CREATE OR REPLACE FUNCTION office._enqueue_run_plpgsql(agent_profile_id text, reason text, payload jsonb,
                          idempotency_key text, task_id text, entry_triggered boolean,
-                         keyless_cause text, keyless_detail text)
+                         keyless_cause text, keyless_detail text, origin text, cause_run_id text,
+                         priority int, not_before timestamptz)
                      RETURNS office.enqueue_result
                      LANGUAGE plpgsql VOLATILE SECURITY DEFINER
                      SET search_path = pg_catalog, pg_temp
                      SET enable_seqscan = off
                      AS %L$create$,
                 (SELECT p.prosrc FROM pg_catalog.pg_proc p
-                  WHERE p.oid = 'office.enqueue_run(text, text, jsonb, text, text, boolean, text, text)'::pg_catalog.regprocedure));
+                  WHERE p.oid = 'office.enqueue_run(text, text, jsonb, text, text, boolean, text, text, text, text, int, timestamptz)'::pg_catalog.regprocedure));
+            COMMENT ON FUNCTION office._enqueue_run_plpgsql(text, text, jsonb, text, text, boolean, text, text, text, text, int, timestamptz) IS
+                'Internal: the PL/pgSQL definition of office.enqueue_run, to which its C definition hands the calls it does not decide itself (sql/95_native.sql).';
+            REVOKE EXECUTE ON FUNCTION office._enqueue_run_plpgsql(text, text, jsonb, text, text, boolean, text, text, text, text, int, timestamptz) FROM PUBLIC;
+            GRANT EXECUTE ON FUNCTION office._enqueue_run_plpgsql(text, text, jsonb, text, text, boolean, text, text, text, text, int, timestamptz)
+                TO office_admin;
             CREATE OR REPLACE FUNCTION office.enqueue_run(agent_profile_id text, reason text, payload jsonb DEFAULT '{}',
                                                           idempotency_key text DEFAULT NULL, task_id text DEFAULT NULL,
                                                           entry_triggered boolean DEFAULT false,
-                                                          keyless_cause text DEFAULT NULL, keyless_detail text DEFAULT NULL)
+                                                          keyless_cause text DEFAULT NULL, keyless_detail text DEFAULT NULL,
+                                                          origin text DEFAULT NULL, cause_run_id text DEFAULT NULL,
+                                                          priority int DEFAULT 0, not_before timestamptz DEFAULT NULL)
                 RETURNS office.enqueue_result
                 LANGUAGE c VOLATILE SECURITY DEFINER
                 AS '$libdir/office', 'office_enqueue_run';

@@ -157,7 +157,13 @@ def test_the_upgraded_enqueue_run_keeps_its_grants(old_extension: Conn) -> None:
         "SELECT p.oid::regprocedure::text FROM pg_proc p"
         " WHERE p.pronamespace = 'office'::regnamespace AND p.proname = 'enqueue_run'"
     ).fetchall()
-    assert functions == [("office.enqueue_run(text,text,jsonb,text,text,boolean,text,text)",)]
+    # 0.5.0 replaced the 8-argument signature: no overload is left behind.
+    assert functions == [
+        (
+            "office.enqueue_run(text,text,jsonb,text,text,boolean,text,text,text,text,integer,"
+            "timestamp with time zone)",
+        )
+    ]
 
 
 def test_the_yoyo_path_goes_through_0_1_0_to_0_2_0(empty_database: str) -> None:

@@ -52,7 +52,7 @@ COPIES = [
     ),
     (
         "_enqueue_run_plpgsql",
-        "text, text, jsonb, text, text, boolean, text, text",
+        "text, text, jsonb, text, text, boolean, text, text, text, text, integer, timestamptz",
         "enqueue_run",
         ["search_path=pg_catalog, pg_temp", "enable_seqscan=off"],
     ),
@@ -274,6 +274,20 @@ ENQUEUE_CALLS: list[Call] = [
     (("a1", "routine", {}, "é" * 512, "t6", False, None, None), {}),
     (("a1", "routine", {}, None, None, False, "sometimes", None), {}),
     (("a1", "routine", {}, "k14", None, False, "unresolved", None), {}),
+    # origin, cause_run_id, priority, not_before (docs/api.md §9)
+    (("a1", "lin1", {}, "k15", None, False, None, None, "system", "", 0, None), {}),
+    (("a1", "lin2", {}, "k16", None, False, None, None, "agent", None, None, None), {}),
+    (("a1", "lin3", {}, "k17", None, False, None, None, "human", "r-gone", 5, None), {}),
+    (("a1", "lin4", {}, None, None, False, None, None, None, "r-gone", None, None), {}),
+    (("a1", "lin5", {}, None, None, False, None, None, "System", None, None, None), {}),
+    (("a1", "lin5", {}, None, None, False, None, None, None, None, 101, None), {}),
+    (("a1", "lin5", {}, None, None, False, None, None, None, None, None, "infinity"), {}),
+    (("a2", "lin6", {}, "k18", None, False, None, None, None, None, -3, "2100-01-01Z"), {}),
+    (("a2", "lin7", {}, "k19", None, False, None, None, None, None, None, "2000-01-01Z"), {}),
+    (
+        ("a1", "lin8", {}, None, None, False, None, None, "agent", None, None, None),
+        {"office.max_chain_depth": "many"},
+    ),
 ]
 
 
@@ -293,10 +307,11 @@ def _run_calls(db: Conn, function: str) -> list[Any]:
         for name, value in settings.items():
             db.execute("SELECT set_config(%s, %s, false)", [name, value])
         values = [Jsonb(a) if isinstance(a, dict | list) else a for a in arguments]
+        values += [None] * (12 - len(values))
         try:
             row = db.execute(
                 f"SELECT r.outcome, r.dedup_kind, r.run_id FROM office.{function}"
-                "(%s, %s, %s::jsonb, %s, %s, %s, %s, %s) r",
+                "(%s, %s, %s::jsonb, %s, %s, %s, %s, %s, %s, %s, %s, %s::timestamptz) r",
                 values,
             ).fetchone()
             assert row is not None
@@ -316,7 +331,8 @@ def _run_calls(db: Conn, function: str) -> list[Any]:
     db.execute("UNLISTEN office_runs")
     rows = db.execute(
         "SELECT id, agent_profile_id, reason, payload, status, coalesced_count, idempotency_key,"
-        " task_id, entry_triggered FROM office.runs ORDER BY id"
+        " task_id, entry_triggered, origin, cause_run_id, chain_depth, priority,"
+        " scheduled_retry_at IS NOT NULL FROM office.runs ORDER BY id"
     ).fetchall()
     seen.append([(ids.get(r[0]), *r[1:]) for r in rows])
     seen.append(

@@ -15,7 +15,8 @@ from tests import harness
 from tools import reference
 
 HOT_PATH = (
-    "office.enqueue_run(text, text, jsonb, text, text, boolean, text, text)",
+    "office.enqueue_run(text, text, jsonb, text, text, boolean, text, text,"
+    " text, text, int, timestamptz)",
     "office.claim_run(text, text)",
     "office.finish_run(text, integer, text)",
 )
