@@ -733,6 +733,10 @@ def dashboard_reads_page_and_type_their_rows(env: Env) -> None:
 # would have them: a plain INSERT, so a repeated key reaches the client as a
 # unique violation on idx_run_idempotency.
 NAIVE_FUNCTIONS = """
+ALTER EXTENSION office DROP FUNCTION office.enqueue_run(text, text, jsonb, text, text,
+    boolean, text, text, text, text, int, timestamptz);
+DROP FUNCTION office.enqueue_run(text, text, jsonb, text, text,
+    boolean, text, text, text, text, int, timestamptz);
 CREATE OR REPLACE FUNCTION office.enqueue_run(agent_profile_id text, reason text,
         payload jsonb DEFAULT '{}', idempotency_key text DEFAULT NULL, task_id text DEFAULT NULL,
         entry_triggered boolean DEFAULT false, keyless_cause text DEFAULT NULL,
