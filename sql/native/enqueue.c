@@ -257,8 +257,12 @@ enqueue_result(FunctionCallInfo fcinfo, const char *outcome, const char *dedup_k
 static bool
 lineage_default(FunctionCallInfo fcinfo)
 {
-	text *origin = text_argument(fcinfo, 8, false);
+	text *origin;
 
+	/* An 8-argument declaration (a schema before 0.5.0 on this library) has none. */
+	if (PG_NARGS() < 12)
+		return true;
+	origin = text_argument(fcinfo, 8, false);
 	if (origin != NULL &&
 		(VARSIZE_ANY_EXHDR(origin) != 6 || memcmp(VARDATA_ANY(origin), "system", 6) != 0))
 		return false;
