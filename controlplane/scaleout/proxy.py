@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -160,7 +161,7 @@ def views_sql(conn: psycopg.Connection[Any]) -> str:
     return "".join(out)
 
 
-_POISON = """
+_TABLE_SHAPE = """
 SELECT pg_catalog.obj_description(c.oid, 'pg_class'),
        ARRAY(SELECT a.grantee::regrole::text FROM pg_catalog.aclexplode(c.relacl) a
               WHERE a.privilege_type = 'SELECT' AND a.grantee <> 0 AND a.grantee <> c.relowner
@@ -169,55 +170,66 @@ SELECT pg_catalog.obj_description(c.oid, 'pg_class'),
                FROM pg_catalog.pg_attribute a
               WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum)
   FROM pg_catalog.pg_class c
- WHERE c.oid = 'office.poison'::regclass
+ WHERE c.oid = %(table)s::pg_catalog.regclass
 """
+
+
+def _shard_table_view(
+    conn: psycopg.Connection[Any],
+    name: str,
+    alias: str,
+    pick: Callable[[str], str],
+    joins: str,
+    about: str,
+) -> str:
+    """``office.<name>`` on the proxy: a view of every shard's rows, read by
+    ``office._all_<name>`` on each shard with ``pick(column)`` as each
+    column's expression (``alias`` the table's, ``joins`` what it needs),
+    with the table's comment and SELECT grants; ``about`` ends the
+    function's comment."""
+    row = conn.execute(_TABLE_SHAPE, {"table": f"office.{name}"}).fetchone()
+    assert row is not None
+    comment, grantees, columns = row
+    table = ", ".join(f"{c} {t}" for c, t in columns)
+    picks = ", ".join(pick(c) for c, _ in columns)
+    signature = f"office._all_{name}(integer, integer, integer)"
+    out = [
+        f"CREATE FUNCTION office._all_{name}({', '.join(EVENT_LEAD)}) RETURNS TABLE({table})\n"
+        "    LANGUAGE plproxy\n    SET search_path = pg_catalog, pg_temp\n"
+        "AS $$\n    CLUSTER 'office_cluster';\n    RUN ON _part;\n"
+        f"    SELECT {picks}\n      FROM office.{name} {alias}\n      {joins};\n$$;\n"
+        f"COMMENT ON FUNCTION {signature} IS\n"
+        f"    'Internal: office.{name} of the shard of partition _part'\n"
+        f"    ' ({about}).';\n"
+        f"REVOKE EXECUTE ON FUNCTION {signature} FROM PUBLIC;\n",
+        f"CREATE VIEW office.{name} AS\n"
+        f"    SELECT {alias}.* FROM office._shards() s\n"
+        f"     CROSS JOIN LATERAL office._all_{name}(s.part, office._partitions(), s.part)"
+        f" {alias};\n",
+    ]
+    if comment is not None:
+        quoted = comment.replace("'", "''")
+        out.append(f"COMMENT ON VIEW office.{name} IS\n    '{quoted}';\n")
+    out.append(f"REVOKE ALL ON office.{name} FROM PUBLIC;\n")
+    if grantees:
+        out.append(f"GRANT EXECUTE ON FUNCTION {signature} TO {', '.join(grantees)};\n")
+        out.append(f"GRANT SELECT ON office.{name} TO {', '.join(grantees)};\n")
+    return "".join(out)
 
 
 def poison_sql(conn: psycopg.Connection[Any]) -> str:
     """``office.poison`` on the proxy: a view of every shard's set-aside rows
     (what the dashboard and doctor read), a subscriber row by its event's id
     through the proxy, as take_poison_reports returns it."""
-    row = conn.execute(_POISON).fetchone()
-    assert row is not None
-    comment, grantees, columns = row
-    table = ", ".join(f"{c} {t}" for c, t in columns)
     pick, joins = poison_row("p.loop")
-    picks = ", ".join(pick if c == "row_id" else f"p.{c}" for c, _ in columns)
-    signature = "office._all_poison(integer, integer, integer)"
-    out = [
-        f"CREATE FUNCTION office._all_poison({', '.join(EVENT_LEAD)}) RETURNS TABLE({table})\n"
-        "    LANGUAGE plproxy\n    SET search_path = pg_catalog, pg_temp\n"
-        "AS $$\n    CLUSTER 'office_cluster';\n    RUN ON _part;\n"
-        f"    SELECT {picks}\n      FROM office.poison p\n      {joins};\n$$;\n"
-        f"COMMENT ON FUNCTION {signature} IS\n"
-        "    'Internal: office.poison of the shard of partition _part'\n"
-        "    ' (subscriber rows by their event''s id through the proxy).';\n"
-        f"REVOKE EXECUTE ON FUNCTION {signature} FROM PUBLIC;\n",
-        "CREATE VIEW office.poison AS\n"
-        "    SELECT p.* FROM office._shards() s\n"
-        "     CROSS JOIN LATERAL office._all_poison(s.part, office._partitions(), s.part) p;\n",
-    ]
-    if comment is not None:
-        quoted = comment.replace("'", "''")
-        out.append(f"COMMENT ON VIEW office.poison IS\n    '{quoted}';\n")
-    out.append("REVOKE ALL ON office.poison FROM PUBLIC;\n")
-    if grantees:
-        out.append(f"GRANT EXECUTE ON FUNCTION {signature} TO {', '.join(grantees)};\n")
-        out.append(f"GRANT SELECT ON office.poison TO {', '.join(grantees)};\n")
-    return "".join(out)
-
-
-_WAKE_DECISIONS = """
-SELECT pg_catalog.obj_description(c.oid, 'pg_class'),
-       ARRAY(SELECT a.grantee::regrole::text FROM pg_catalog.aclexplode(c.relacl) a
-              WHERE a.privilege_type = 'SELECT' AND a.grantee <> 0 AND a.grantee <> c.relowner
-              ORDER BY 1),
-       ARRAY(SELECT ARRAY[a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod)]
-               FROM pg_catalog.pg_attribute a
-              WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum)
-  FROM pg_catalog.pg_class c
- WHERE c.oid = 'office.wake_decisions'::regclass
-"""
+    return _shard_table_view(
+        conn,
+        "poison",
+        "p",
+        lambda c: pick if c == "row_id" else f"p.{c}",
+        joins,
+        "subscriber rows by their event''s id through the proxy",
+    )
 
 
 def wake_decisions_sql(conn: psycopg.Connection[Any]) -> str:
@@ -226,37 +238,15 @@ def wake_decisions_sql(conn: psycopg.Connection[Any]) -> str:
     the partition of the decision's agent's workspace, else the shard's
     lowest), so the ids are unique across shards and survive a partition
     move."""
-    row = conn.execute(_WAKE_DECISIONS).fetchone()
-    assert row is not None
-    comment, grantees, columns = row
-    table = ", ".join(f"{c} {t}" for c, t in columns)
     part = "coalesce(pg_catalog.hashtext(a.workspace_id) & ($2 - 1), $3)"
-    picks = ", ".join(f"d.id * $2 + {part} AS id" if c == "id" else f"d.{c}" for c, _ in columns)
-    signature = "office._all_wake_decisions(integer, integer, integer)"
-    out = [
-        f"CREATE FUNCTION office._all_wake_decisions({', '.join(EVENT_LEAD)})"
-        f" RETURNS TABLE({table})\n"
-        "    LANGUAGE plproxy\n    SET search_path = pg_catalog, pg_temp\n"
-        "AS $$\n    CLUSTER 'office_cluster';\n    RUN ON _part;\n"
-        f"    SELECT {picks}\n      FROM office.wake_decisions d\n"
-        "      LEFT JOIN office.agent_profiles a ON a.id = d.agent_profile_id;\n$$;\n"
-        f"COMMENT ON FUNCTION {signature} IS\n"
-        "    'Internal: office.wake_decisions of the shard of partition _part'\n"
-        "    ' (ids as the proxy returns them).';\n"
-        f"REVOKE EXECUTE ON FUNCTION {signature} FROM PUBLIC;\n",
-        "CREATE VIEW office.wake_decisions AS\n"
-        "    SELECT d.* FROM office._shards() s\n"
-        "     CROSS JOIN LATERAL office._all_wake_decisions(s.part, office._partitions(), s.part)"
-        " d;\n",
-    ]
-    if comment is not None:
-        quoted = comment.replace("'", "''")
-        out.append(f"COMMENT ON VIEW office.wake_decisions IS\n    '{quoted}';\n")
-    out.append("REVOKE ALL ON office.wake_decisions FROM PUBLIC;\n")
-    if grantees:
-        out.append(f"GRANT EXECUTE ON FUNCTION {signature} TO {', '.join(grantees)};\n")
-        out.append(f"GRANT SELECT ON office.wake_decisions TO {', '.join(grantees)};\n")
-    return "".join(out)
+    return _shard_table_view(
+        conn,
+        "wake_decisions",
+        "d",
+        lambda c: f"d.id * $2 + {part} AS id" if c == "id" else f"d.{c}",
+        "LEFT JOIN office.agent_profiles a ON a.id = d.agent_profile_id",
+        "ids as the proxy returns them",
+    )
 
 
 _BODY_HEADER = re.compile(r"^CREATE OR REPLACE FUNCTION", re.MULTILINE)
