@@ -13,6 +13,7 @@ import signal
 import socket
 import threading
 from collections.abc import Callable
+from contextvars import Token
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, ClassVar, Generic, TypeVar
@@ -79,13 +80,13 @@ class _Slot:
     def __post_init__(self) -> None:
         self.context = RunContext(self.run)
 
-    def enter(self) -> object:
+    def enter(self) -> Token[RunContext | None]:
         """Make this run the handler's :func:`current_run_context` (in the
         calling thread or task); the token for :meth:`leave`."""
         return _current.set(self.context)
 
-    def leave(self, token: object) -> None:
-        _current.reset(token)  # type: ignore[arg-type]
+    def leave(self, token: Token[RunContext | None]) -> None:
+        _current.reset(token)
 
 
 def _is_lost_connection(exc: BaseException) -> bool:
