@@ -1039,6 +1039,7 @@ DECLARE
     v_key_locks    bigint[];
     v_bucket_locks bigint[];
     v_new     text[];
+    v_not_before timestamptz;
 BEGIN
     IF requests IS NULL OR jsonb_typeof(requests) <> 'array' THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
@@ -1067,6 +1068,9 @@ BEGIN
                        -- no unknown key; strings where enqueue_run takes text
                        y.value - ARRAY['agent_profile_id', 'reason', 'payload', 'idempotency_key', 'task_id',
                                        'entry_triggered', 'keyless_cause', 'keyless_detail'] = '{}'::jsonb
+                       -- an element naming an origin, cause, priority or not_before
+                       -- (docs/api.md §9) goes through enqueue_run one by one
+                       AND NOT (y.value ?| ARRAY['origin', 'cause_run_id', 'priority', 'not_before'])
                        AND coalesce(jsonb_typeof(y.value -> 'agent_profile_id') = 'string', false)
                        AND coalesce(jsonb_typeof(y.value -> 'reason') = 'string', false)
                        AND coalesce(jsonb_typeof(y.value -> 'idempotency_key') IN ('string', 'null'), true)
@@ -1224,13 +1228,14 @@ BEGIN
             END IF;
             SELECT k INTO v_bad FROM jsonb_object_keys(v_elem) AS k
              WHERE k NOT IN ('agent_profile_id', 'reason', 'payload', 'idempotency_key', 'task_id',
-                             'entry_triggered', 'keyless_cause', 'keyless_detail')
+                             'entry_triggered', 'keyless_cause', 'keyless_detail',
+                             'origin', 'cause_run_id', 'priority', 'not_before')
              ORDER BY k LIMIT 1;
             IF FOUND THEN
                 RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = format('unknown key %s', quote_literal(v_bad));
             END IF;
             SELECT f.key INTO v_bad FROM jsonb_each(v_elem) AS f
-             WHERE f.key NOT IN ('payload', 'entry_triggered')
+             WHERE f.key NOT IN ('payload', 'entry_triggered', 'priority')
                AND jsonb_typeof(f.value) NOT IN ('string', 'null')
              ORDER BY f.key LIMIT 1;
             IF FOUND THEN
@@ -1242,6 +1247,21 @@ BEGIN
                     MESSAGE = format('entry_triggered must be a JSON boolean, not %s',
                                      jsonb_typeof(v_elem -> 'entry_triggered'));
             END IF;
+            IF jsonb_typeof(v_elem -> 'priority') NOT IN ('number', 'null')
+               OR (jsonb_typeof(v_elem -> 'priority') = 'number'
+                   AND ((v_elem ->> 'priority')::numeric NOT BETWEEN -100 AND 100
+                        OR (v_elem ->> 'priority')::numeric <> trunc((v_elem ->> 'priority')::numeric))) THEN
+                RAISE EXCEPTION USING ERRCODE = '22023',
+                    MESSAGE = format('priority must be a JSON integer from -100 to 100, not %s',
+                                     left((v_elem -> 'priority')::text, 40));
+            END IF;
+            BEGIN
+                v_not_before := (v_elem ->> 'not_before')::timestamptz;
+            EXCEPTION WHEN data_exception THEN
+                RAISE EXCEPTION USING ERRCODE = '22023',
+                    MESSAGE = format('not_before must be a timestamptz, not %s',
+                                     quote_literal(left(v_elem ->> 'not_before', 80)));
+            END;
             v_res := office.enqueue_run(
                 agent_profile_id => v_elem ->> 'agent_profile_id',
                 reason           => v_elem ->> 'reason',
@@ -1250,7 +1270,11 @@ BEGIN
                 task_id          => v_elem ->> 'task_id',
                 entry_triggered  => coalesce((v_elem ->> 'entry_triggered')::boolean, false),
                 keyless_cause    => v_elem ->> 'keyless_cause',
-                keyless_detail   => v_elem ->> 'keyless_detail');
+                keyless_detail   => v_elem ->> 'keyless_detail',
+                origin           => v_elem ->> 'origin',
+                cause_run_id     => v_elem ->> 'cause_run_id',
+                priority         => coalesce((v_elem ->> 'priority')::numeric::int, 0),
+                not_before       => v_not_before);
             ordinality := v_ord;
             outcome := v_res.outcome;
             dedup_kind := v_res.dedup_kind;
@@ -1299,6 +1323,12 @@ DECLARE
     v_cand_ids    text[];
     v_cand_agents text[];
     v_stale       text[];
+    v_held        text[];
+    v_hold        text;
+    -- Whether any policy can hold a run (34_wake_holds.sql): with none, one
+    -- probe of the empty partial index idx_wake_policies_holds.
+    v_governed    boolean := EXISTS (SELECT FROM office.wake_policies p
+                                      WHERE p.budget IS NOT NULL OR p.cooldown IS NOT NULL OR p.max_runs IS NOT NULL);
     v_cand_id     text;
     v_cand_agent  text;
     v_row         office.runs;
@@ -1331,6 +1361,14 @@ BEGIN
     -- the scan is most of a claim's cost: bench/hotpath.py). A candidate run
     -- that is gone (claimed, cancelled, locked) starts a new scan, since its
     -- agent may have an older due run than the next candidate.
+    -- Policy holds (docs/api.md §9, 34_wake_holds.sql): of an agent that a
+    -- reached budget holds no run is a candidate, and of one that a cooldown
+    -- or run cap holds only a human run. An agent held with no candidate is
+    -- not stale but held: _hold_agents delays its rows to the hold's end, so
+    -- later claims do not look at it again before, as for a busy agent. The
+    -- hold is decided again after the agent's claim lock, in a statement of
+    -- its own, so two claimers at the moment a hold ends see each other's
+    -- claim; and a claim under a run cap is logged (_log_claim).
     <<scan>>
     LOOP
         IF v_agent IS NULL THEN
@@ -1353,38 +1391,54 @@ BEGIN
             -- any of their runs is read. Lateral probes, not EXISTS: the
             -- planner may turn an EXISTS into a hashed subplan that reads
             -- every claimed run (one per busy agent) on each call.
-            free(agent, ok) AS MATERIALIZED (
-                SELECT ready.agent, x.busy IS NULL AND p.accepts IS NOT NULL
+            free(agent, ok, hold) AS MATERIALIZED (
+                SELECT ready.agent, x.busy IS NULL AND p.accepts IS NOT NULL, h.held_by
                   FROM ready
                   LEFT JOIN LATERAL (SELECT true AS busy FROM office.runs x
                                       WHERE x.agent_profile_id = ready.agent AND x.status = 'claimed'
                                       LIMIT 1) x ON true
-                  LEFT JOIN LATERAL (SELECT true AS accepts FROM office.agent_profiles p
+                  LEFT JOIN LATERAL (SELECT true AS accepts, p.workspace_id FROM office.agent_profiles p
                                       WHERE p.id = ready.agent
                                         AND p.status <> ALL (office._statuses_refusing_runs())
                                       LIMIT 1) p ON true
+                  LEFT JOIN LATERAL (SELECT g.held_by
+                                       FROM office._agent_hold(ready.agent, p.workspace_id, false) g
+                                      WHERE v_governed AND x.busy IS NULL AND p.accepts IS NOT NULL) h ON true
             )
             SELECT array_agg(c.id ORDER BY c.requested_at, c.id COLLATE "C") FILTER (WHERE c.id IS NOT NULL),
                    array_agg(free.agent ORDER BY c.requested_at, c.id COLLATE "C") FILTER (WHERE c.id IS NOT NULL),
-                   array_agg(free.agent) FILTER (WHERE c.id IS NULL)
-              INTO v_cand_ids, v_cand_agents, v_stale
+                   array_agg(free.agent) FILTER (WHERE c.id IS NULL AND free.hold IS NULL),
+                   array_agg(free.agent) FILTER (WHERE c.id IS NULL AND free.hold IS NOT NULL)
+              INTO v_cand_ids, v_cand_agents, v_stale, v_held
               FROM free
               LEFT JOIN LATERAL (SELECT q.id, q.requested_at
                                    FROM office.runs q
                                   WHERE free.ok AND q.status = 'queued' AND q.agent_profile_id = free.agent
+                                    AND (free.hold IS NULL OR (free.hold <> 'budget' AND q.origin = 'human'))
                                     AND (q.scheduled_retry_at IS NULL OR q.scheduled_retry_at <= now())
                                     AND q.id <> ALL (v_skip_runs)
                                   ORDER BY q.requested_at, q.id COLLATE "C"
                                   LIMIT 1) c ON true;
+            IF v_held IS NOT NULL THEN
+                PERFORM office._hold_agents(v_held);
+                v_skip_agents := v_skip_agents || v_held;
+            END IF;
             IF v_stale IS NOT NULL THEN
                 PERFORM office._unready_agents(v_stale);
                 v_skip_agents := v_skip_agents || v_stale;
-                CONTINUE scan WHEN v_cand_ids IS NULL;
             END IF;
+            CONTINUE scan WHEN v_cand_ids IS NULL AND (v_stale IS NOT NULL OR v_held IS NOT NULL);
         ELSE
             -- One agent: its oldest due run, read in index order (never a
-            -- sort of its backlog); nothing when it holds a claim or does not
-            -- accept runs.
+            -- sort of its backlog); nothing when it holds a claim, does not
+            -- accept runs or a policy holds it (a cooldown or run cap: its
+            -- human runs only).
+            IF v_governed THEN
+                SELECT g.held_by INTO v_hold
+                  FROM office.agent_profiles a
+                 CROSS JOIN LATERAL office._agent_hold(a.id, a.workspace_id, false) g
+                 WHERE a.id = v_agent;
+            END IF;
             SELECT ARRAY[q.id], ARRAY[q.agent_profile_id] INTO v_cand_ids, v_cand_agents
               FROM office.runs q
              WHERE q.status = 'queued' AND q.agent_profile_id = v_agent
@@ -1393,6 +1447,7 @@ BEGIN
                AND NOT EXISTS (SELECT FROM office.runs x WHERE x.agent_profile_id = v_agent AND x.status = 'claimed')
                AND EXISTS (SELECT FROM office.agent_profiles p
                             WHERE p.id = v_agent AND p.status <> ALL (office._statuses_refusing_runs()))
+               AND (v_hold IS NULL OR (v_hold <> 'budget' AND q.origin = 'human'))
              ORDER BY q.requested_at, q.id COLLATE "C"
              LIMIT 1;
         END IF;
@@ -1407,6 +1462,14 @@ BEGIN
                 CONTINUE;
             END IF;
             IF EXISTS (SELECT FROM office.runs c WHERE c.agent_profile_id = v_cand_agent AND c.status = 'claimed') THEN
+                EXIT scan WHEN v_agent IS NOT NULL;
+                v_skip_agents := v_skip_agents || v_cand_agent;
+                CONTINUE;
+            END IF;
+            IF v_governed AND EXISTS (SELECT FROM office.runs l
+                                        JOIN office.agent_profiles a ON a.id = l.agent_profile_id
+                                       CROSS JOIN LATERAL office._agent_hold(a.id, a.workspace_id, l.origin = 'human') g
+                                       WHERE l.id = v_cand_id AND g.held_by IS NOT NULL) THEN
                 EXIT scan WHEN v_agent IS NOT NULL;
                 v_skip_agents := v_skip_agents || v_cand_agent;
                 CONTINUE;
@@ -1432,6 +1495,10 @@ BEGIN
                    AND pg_try_advisory_xact_lock(hashtextextended('office.runs.ready:' || v_cand_agent, 0)) THEN
                     DELETE FROM office.agent_ready r WHERE r.agent_profile_id = v_cand_agent;
                 END IF;
+                IF v_governed THEN
+                    PERFORM office._log_claim(v_cand_agent, (SELECT a.workspace_id FROM office.agent_profiles a
+                                                              WHERE a.id = v_cand_agent));
+                END IF;
                 RETURN NEXT v_row;
                 RETURN;
             END IF;
@@ -1443,7 +1510,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION office.claim_run(text, text) IS
-    'Claims the oldest due queued run (optionally of one agent) whose agent accepts runs and has no claimed run: status claimed, claimed_at and heartbeat_at now, attempt + 1. 0 or 1 row; never waits for or fails because of another claimer; its cost does not grow with the backlog of agents holding a claim. worker_id over 200 characters or with a control character 22023.';
+    'Claims the oldest due queued run (optionally of one agent) whose agent accepts runs, has no claimed run and is not held by a wake policy (a reached budget, its own or its workspace''s; for a run not of origin human a cooldown or run cap): status claimed, claimed_at and heartbeat_at now, attempt + 1. 0 or 1 row; never waits for or fails because of another claimer; its cost does not grow with the backlog of agents holding a claim. worker_id over 200 characters or with a control character 22023.';
 REVOKE EXECUTE ON FUNCTION office.claim_run(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.claim_run(text, text) TO office_worker, office_admin;
 

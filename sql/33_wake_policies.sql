@@ -149,6 +149,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_row office.wake_policies;
+    v_holding boolean;
 BEGIN
     -- Every argument is checked before the row is written.
     IF set_wake_policy.scope IS NULL OR NOT (set_wake_policy.scope = ANY ('{agent,workspace}'::text[])) THEN
@@ -204,6 +205,11 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'OFA01',
             MESSAGE = format('agent %s not found', quote_literal(set_wake_policy.scope_id));
     END IF;
+    -- FOR UPDATE: the holds replaced are the ones read here.
+    v_holding := EXISTS (SELECT FROM office.wake_policies p
+                          WHERE p.scope = set_wake_policy.scope AND p.scope_id = set_wake_policy.scope_id
+                            AND (p.budget IS NOT NULL OR p.cooldown IS NOT NULL OR p.max_runs IS NOT NULL)
+                            FOR UPDATE);
     INSERT INTO office.wake_policies AS p
            (scope, scope_id, cooldown, max_runs, per, budget, budget_period, max_retries, retry_backoff, updated_at)
     VALUES (set_wake_policy.scope, set_wake_policy.scope_id, set_wake_policy.cooldown, set_wake_policy.max_runs,
@@ -215,11 +221,17 @@ BEGIN
            max_retries = EXCLUDED.max_retries, retry_backoff = EXCLUDED.retry_backoff,
            updated_at = EXCLUDED.updated_at
     RETURNING p.* INTO v_row;
+    -- A budget, cooldown or run cap that was there may have held the scope's
+    -- agents (their readiness rows delayed by claim_run, 34_wake_holds.sql):
+    -- ready them, whatever the new row holds.
+    IF v_holding THEN
+        PERFORM office._ready_scope(set_wake_policy.scope, set_wake_policy.scope_id);
+    END IF;
     RETURN v_row;
 END
 $$;
 COMMENT ON FUNCTION office.set_wake_policy(text, text, interval, int, interval, numeric, text, int, interval[]) IS
-    'Inserts or replaces the wake policy of an agent or a workspace (scope agent|workspace, scope_id) and returns it; NULL = not set here. max_runs (1-10000) and per (a positive interval) come together; cooldown, per and each retry_backoff step finite intervals from 0 to 100 years; budget finite and >= 0; budget_period day, week or month; max_retries 0-100; retry_backoff 1-32 intervals. Bad input 22023 naming the argument (nothing written); unknown agent OFA01.';
+    'Inserts or replaces the wake policy of an agent or a workspace (scope agent|workspace, scope_id) and returns it; NULL = not set here. max_runs (1-10000) and per (a positive interval) come together; cooldown, per and each retry_backoff step finite intervals from 0 to 100 years; budget finite and >= 0; budget_period day, week or month; max_retries 0-100; retry_backoff 1-32 intervals. Bad input 22023 naming the argument (nothing written); unknown agent OFA01. Where the row replaced had a budget, cooldown or run cap, the scope''s agents with queued runs are listed again for claim_run (a hold it kept may be lifted).';
 REVOKE EXECUTE ON FUNCTION office.set_wake_policy(text, text, interval, int, interval, numeric, text, int, interval[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.set_wake_policy(text, text, interval, int, interval, numeric, text, int, interval[]) TO office_admin;
 
@@ -228,14 +240,25 @@ CREATE FUNCTION office.clear_wake_policy(scope text, scope_id text) RETURNS bool
     SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
+DECLARE
+    v_holding boolean;
 BEGIN
     DELETE FROM office.wake_policies p
-     WHERE p.scope = clear_wake_policy.scope AND p.scope_id = clear_wake_policy.scope_id;
-    RETURN FOUND;
+     WHERE p.scope = clear_wake_policy.scope AND p.scope_id = clear_wake_policy.scope_id
+    RETURNING p.budget IS NOT NULL OR p.cooldown IS NOT NULL OR p.max_runs IS NOT NULL INTO v_holding;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    -- A hold gone may have held the scope's agents (their readiness rows
+    -- delayed by claim_run): ready them.
+    IF v_holding THEN
+        PERFORM office._ready_scope(clear_wake_policy.scope, clear_wake_policy.scope_id);
+    END IF;
+    RETURN true;
 END
 $$;
 COMMENT ON FUNCTION office.clear_wake_policy(text, text) IS
-    'Deletes the wake policy of an agent or a workspace; true if there was one.';
+    'Deletes the wake policy of an agent or a workspace; true if there was one. Where it had a budget, cooldown or run cap, the scope''s agents with queued runs are listed again for claim_run (a hold it kept is lifted).';
 REVOKE EXECUTE ON FUNCTION office.clear_wake_policy(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.clear_wake_policy(text, text) TO office_admin;
 

@@ -79,6 +79,7 @@ MOVED_TABLES: tuple[tuple[str, str], ...] = (
     ("wake_decisions", "agent_profile_id IN (SELECT id FROM pg_temp.move_agents)"),
     ("wake_policies", "(scope, scope_id) IN (SELECT scope, scope_id FROM pg_temp.move_scopes)"),
     ("wake_spend", "(scope, scope_id) IN (SELECT scope, scope_id FROM pg_temp.move_scopes)"),
+    ("wake_claims", "agent_profile_id IN (SELECT id FROM pg_temp.move_agents)"),
     (
         "poison",  # row_id names a row of the loop's table (COMMENT ON TABLE office.poison)
         "(loop = 'subscriber' AND row_id IN (SELECT id FROM pg_temp.move_events))"

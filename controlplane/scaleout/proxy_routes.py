@@ -70,6 +70,7 @@ ROUTES: dict[str, Route] = {
     "record_run_cost": ("entity", "run", "run_id"),
     "set_wake_policy": ("scope", "scope", "scope_id"),
     "clear_wake_policy": ("scope", "scope", "scope_id"),
+    "explain_agent": ("entity", "agent", "agent_profile_id"),
     "dispatch_wakeup": ("entity", "wakeup", "wakeup_request_id"),
     "fail_wakeup": ("entity", "wakeup", "wakeup_request_id"),
     "assignment_key": "local",
@@ -165,5 +166,6 @@ CHECKS: dict[str, list[tuple[str, str, str]]] = {
         ("agent", "assignee_agent_profile_id", "OFW01"),
     ],
     "assign_task": [("agent", "assignee_agent_profile_id", "OFW01")],
+    "enqueue_run": [("run", "cause_run_id", "OFW01")],
     "add_blocker": [("task", "blocker_task_id", "OFW01")],
 }

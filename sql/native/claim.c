@@ -10,8 +10,12 @@
  * the lock is a statement of its own, and so gets a snapshot of its own. The
  * writes are kept plans of that function's statements, every name and
  * operator qualified, planned and run with its enable_seqscan and
- * enable_bitmapscan off. Only an invalid worker_id is handed on (to
- * office._claim_run_plpgsql, which raises its error).
+ * enable_bitmapscan off. An invalid worker_id is handed on (to
+ * office._claim_run_plpgsql, which raises its error), and so is every call
+ * while a policy that can hold a run exists (a budget, cooldown or run cap):
+ * the holds and the delay of a held agent's readiness rows are that
+ * definition's, so both decide alike. With no such policy that costs one
+ * probe of an empty partial index.
  */
 #include "office.h"
 
@@ -198,6 +202,25 @@ scan_candidates(Oid office, Datum agent, const Skips *skip_agents, const Skips *
 	return nfound;
 }
 
+/*
+ * EXISTS (SELECT FROM office.wake_policies p
+ *          WHERE p.budget IS NOT NULL OR p.cooldown IS NOT NULL OR p.max_runs IS NOT NULL)
+ */
+static bool
+hold_policies_exist(Oid office)
+{
+	Snapshot   snapshot = statement_snapshot();
+	OfficeScan s;
+	bool	   found;
+
+	scan_open(&s, office, ON_INDEX(OFFICE_INDEX_WAKE_POLICIES_HOLDS));
+	scan_start(&s, snapshot, NULL, 0);
+	found = scan_next(&s);
+	scan_end(&s);
+	UnregisterSnapshot(snapshot);
+	return found;
+}
+
 /* PERFORM office._unready_agents(agents) */
 static void
 unready_agents(const Skips *agents)
@@ -271,8 +294,10 @@ office_claim_run(PG_FUNCTION_ARGS)
 
 	if (!short_text_ok(worker))
 		return hand_on(fcinfo, "_claim_run_plpgsql");
-	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
 	office = get_namespace_oid("office", false);
+	if (hold_policies_exist(office))
+		return hand_on(fcinfo, "_claim_run_plpgsql");
+	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
 	for (;;)
 	{
 		Candidate found[READY_LOOKS];

@@ -924,7 +924,7 @@ BEGIN
 END
 $fn$;
 COMMENT ON FUNCTION office.claim_run(worker_id text, agent_profile_id text) IS
-    'Claims the oldest due queued run (optionally of one agent) whose agent accepts runs and has no claimed run: status claimed, claimed_at and heartbeat_at now, attempt + 1. 0 or 1 row; never waits for or fails because of another claimer; its cost does not grow with the backlog of agents holding a claim. worker_id over 200 characters or with a control character 22023.';
+    'Claims the oldest due queued run (optionally of one agent) whose agent accepts runs, has no claimed run and is not held by a wake policy (a reached budget, its own or its workspace''s; for a run not of origin human a cooldown or run cap): status claimed, claimed_at and heartbeat_at now, attempt + 1. 0 or 1 row; never waits for or fails because of another claimer; its cost does not grow with the backlog of agents holding a claim. worker_id over 200 characters or with a control character 22023.';
 REVOKE EXECUTE ON FUNCTION office.claim_run(worker_id text, agent_profile_id text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.claim_run(worker_id text, agent_profile_id text) TO office_admin, office_worker;
 
@@ -947,7 +947,7 @@ AS $fn$
     SELECT office._on_clear_wake_policy(CASE $1 WHEN 'agent' THEN office._route('agent', $2) WHEN 'workspace' THEN coalesce(office._partition($2), 0) ELSE 0 END, $1, $2)
 $fn$;
 COMMENT ON FUNCTION office.clear_wake_policy(scope text, scope_id text) IS
-    'Deletes the wake policy of an agent or a workspace; true if there was one.';
+    'Deletes the wake policy of an agent or a workspace; true if there was one. Where it had a budget, cooldown or run cap, the scope''s agents with queued runs are listed again for claim_run (a hold it kept is lifted).';
 REVOKE EXECUTE ON FUNCTION office.clear_wake_policy(scope text, scope_id text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.clear_wake_policy(scope text, scope_id text) TO office_admin;
 
@@ -1206,7 +1206,7 @@ CREATE FUNCTION office.enqueue_run(agent_profile_id text, reason text, payload j
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
 AS $fn$
-    SELECT * FROM office._on_enqueue_run(office._route('agent', $1), $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+    SELECT * FROM office._on_enqueue_run(office._checked_partition(office._workspace_of('agent', $1), ARRAY['run', $10, 'OFW01']), $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
 $fn$;
 COMMENT ON FUNCTION office.enqueue_run(agent_profile_id text, reason text, payload jsonb, idempotency_key text, task_id text, entry_triggered boolean, keyless_cause text, keyless_detail text, origin text, cause_run_id text, priority integer, not_before timestamp with time zone) IS
     'Enqueues a run: a key already served (own or recorded by a coalesce) -> deduped windowed|durable; else coalesce (the key is recorded on the target); else insert. An agent-caused request deeper than office.max_chain_depth -> guarded (no key recorded, no run; counted and written to wake_decisions). Returns (outcome queued|deduped|coalesced|guarded, dedup_kind windowed|durable, run_id); on queued the wake-up signal of office.notify (NOTIFY office_runs, the agent id) unless not_before delays the run. Bad input 22023, unknown agent OFA01, agent not accepting runs OFA02, a cause_run_id of another workspace OFW01.';
@@ -1265,6 +1265,29 @@ COMMENT ON FUNCTION office.enqueue_runs(requests jsonb) IS
     'Bulk enqueue_run: an array of objects with enqueue_run''s parameter names, applied in order; one (ordinality, outcome, dedup_kind, run_id) per element. Takes every element''s locks up front in one global order, so bulk calls never deadlock each other. Any invalid element fails the whole call with its SQLSTATE and ordinality.';
 REVOKE EXECUTE ON FUNCTION office.enqueue_runs(requests jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.enqueue_runs(requests jsonb) TO office_admin, office_producer;
+
+CREATE FUNCTION office._on_explain_agent(_part integer, _a1 text, _a2 integer) RETURNS TABLE(run_id text, status text, claimable boolean, held_by text, until timestamp with time zone, detail text)
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON _part;
+    SELECT * FROM office.explain_agent($2, $3);
+$$;
+COMMENT ON FUNCTION office._on_explain_agent(integer, text, integer) IS
+    'Internal: office.explain_agent on the shard of partition _part (on).';
+REVOKE EXECUTE ON FUNCTION office._on_explain_agent(integer, text, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._on_explain_agent(integer, text, integer) TO office_admin, office_producer, office_reader, office_worker;
+CREATE FUNCTION office.explain_agent(agent_profile_id text, max_rows integer DEFAULT 50) RETURNS TABLE(run_id text, status text, claimable boolean, held_by text, until timestamp with time zone, detail text)
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT * FROM office._on_explain_agent(office._route('agent', $1), $1, $2)
+$fn$;
+COMMENT ON FUNCTION office.explain_agent(agent_profile_id text, max_rows integer) IS
+    'Why the agent''s runs are or are not claimable: its claimed run first (claimable false), then its queued runs by priority DESC, requested_at, id, at most max_rows rows (1-10000, else 22023), each with claimable and what holds it (the first of paused, budget, not_before, cooldown, run_cap, claimed; NULL when claimable), until when the hold ends where known, and detail in words. Unknown agent OFA01.';
+REVOKE EXECUTE ON FUNCTION office.explain_agent(agent_profile_id text, max_rows integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.explain_agent(agent_profile_id text, max_rows integer) TO office_admin, office_producer, office_reader, office_worker;
 
 CREATE FUNCTION office._on_fail_run(_part integer, _a1 text, _a2 integer, _a3 text, _a4 boolean, _a5 text) RETURNS boolean
     LANGUAGE plproxy
@@ -2374,7 +2397,7 @@ AS $fn$
     SELECT * FROM office._on_set_wake_policy(CASE $1 WHEN 'agent' THEN office._route('agent', $2) WHEN 'workspace' THEN coalesce(office._partition($2), 0) ELSE 0 END, $1, $2, $3, $4, $5, $6, $7, $8, $9)
 $fn$;
 COMMENT ON FUNCTION office.set_wake_policy(scope text, scope_id text, cooldown interval, max_runs integer, per interval, budget numeric, budget_period text, max_retries integer, retry_backoff interval[]) IS
-    'Inserts or replaces the wake policy of an agent or a workspace (scope agent|workspace, scope_id) and returns it; NULL = not set here. max_runs (1-10000) and per (a positive interval) come together; cooldown, per and each retry_backoff step finite intervals from 0 to 100 years; budget finite and >= 0; budget_period day, week or month; max_retries 0-100; retry_backoff 1-32 intervals. Bad input 22023 naming the argument (nothing written); unknown agent OFA01.';
+    'Inserts or replaces the wake policy of an agent or a workspace (scope agent|workspace, scope_id) and returns it; NULL = not set here. max_runs (1-10000) and per (a positive interval) come together; cooldown, per and each retry_backoff step finite intervals from 0 to 100 years; budget finite and >= 0; budget_period day, week or month; max_retries 0-100; retry_backoff 1-32 intervals. Bad input 22023 naming the argument (nothing written); unknown agent OFA01. Where the row replaced had a budget, cooldown or run cap, the scope''s agents with queued runs are listed again for claim_run (a hold it kept may be lifted).';
 REVOKE EXECUTE ON FUNCTION office.set_wake_policy(scope text, scope_id text, cooldown interval, max_runs integer, per interval, budget numeric, budget_period text, max_retries integer, retry_backoff interval[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.set_wake_policy(scope text, scope_id text, cooldown interval, max_runs integer, per interval, budget numeric, budget_period text, max_retries integer, retry_backoff interval[]) TO office_admin;
 
@@ -2594,6 +2617,29 @@ COMMENT ON VIEW office.dedup_stats IS
     'Suppressed enqueues by queue (runs|wakeup), reason and kind (windowed|durable|coalesced|guarded; coalesced and guarded are queue runs). Counters restart from zero after a crash.';
 REVOKE ALL ON office.dedup_stats FROM PUBLIC;
 GRANT SELECT ON office.dedup_stats TO office_admin, office_reader;
+CREATE FUNCTION office._all_governance_stats(_part integer) RETURNS TABLE(agent_profile_id text, held_by text, runs bigint)
+    LANGUAGE plproxy
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    CLUSTER 'office_cluster';
+    RUN ON ALL;
+    SELECT * FROM office.governance_stats;
+$$;
+COMMENT ON FUNCTION office._all_governance_stats(integer) IS
+    'Internal: office.governance_stats of every shard.';
+REVOKE EXECUTE ON FUNCTION office._all_governance_stats(integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._all_governance_stats(integer) TO office_admin, office_reader;
+CREATE VIEW office.governance_stats AS
+    SELECT agent_profile_id,
+           held_by,
+           CASE WHEN pg_catalog.count(*) = pg_catalog.count(runs) THEN pg_catalog.sum(runs)::bigint END AS runs
+      FROM office._all_governance_stats(0) WITH ORDINALITY AS r(agent_profile_id, held_by, runs, _n)
+     GROUP BY agent_profile_id, held_by
+     ORDER BY pg_catalog.min(_n);
+COMMENT ON VIEW office.governance_stats IS
+    'Queued runs held now, by agent and hold (paused, budget, not_before, cooldown, run_cap; a claim in progress not counted), in explain_agent''s words.';
+REVOKE ALL ON office.governance_stats FROM PUBLIC;
+GRANT SELECT ON office.governance_stats TO office_admin, office_reader;
 CREATE FUNCTION office._all_keyless_stats(_part integer) RETURNS TABLE(reason text, cause text, total bigint)
     LANGUAGE plproxy
     SET search_path = pg_catalog, pg_temp

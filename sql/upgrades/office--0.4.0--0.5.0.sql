@@ -638,6 +638,7 @@ DECLARE
     v_key_locks    bigint[];
     v_bucket_locks bigint[];
     v_new     text[];
+    v_not_before timestamptz;
 BEGIN
     IF requests IS NULL OR jsonb_typeof(requests) <> 'array' THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
@@ -666,6 +667,9 @@ BEGIN
                        -- no unknown key; strings where enqueue_run takes text
                        y.value - ARRAY['agent_profile_id', 'reason', 'payload', 'idempotency_key', 'task_id',
                                        'entry_triggered', 'keyless_cause', 'keyless_detail'] = '{}'::jsonb
+                       -- an element naming an origin, cause, priority or not_before
+                       -- (docs/api.md §9) goes through enqueue_run one by one
+                       AND NOT (y.value ?| ARRAY['origin', 'cause_run_id', 'priority', 'not_before'])
                        AND coalesce(jsonb_typeof(y.value -> 'agent_profile_id') = 'string', false)
                        AND coalesce(jsonb_typeof(y.value -> 'reason') = 'string', false)
                        AND coalesce(jsonb_typeof(y.value -> 'idempotency_key') IN ('string', 'null'), true)
@@ -823,13 +827,14 @@ BEGIN
             END IF;
             SELECT k INTO v_bad FROM jsonb_object_keys(v_elem) AS k
              WHERE k NOT IN ('agent_profile_id', 'reason', 'payload', 'idempotency_key', 'task_id',
-                             'entry_triggered', 'keyless_cause', 'keyless_detail')
+                             'entry_triggered', 'keyless_cause', 'keyless_detail',
+                             'origin', 'cause_run_id', 'priority', 'not_before')
              ORDER BY k LIMIT 1;
             IF FOUND THEN
                 RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = format('unknown key %s', quote_literal(v_bad));
             END IF;
             SELECT f.key INTO v_bad FROM jsonb_each(v_elem) AS f
-             WHERE f.key NOT IN ('payload', 'entry_triggered')
+             WHERE f.key NOT IN ('payload', 'entry_triggered', 'priority')
                AND jsonb_typeof(f.value) NOT IN ('string', 'null')
              ORDER BY f.key LIMIT 1;
             IF FOUND THEN
@@ -841,6 +846,21 @@ BEGIN
                     MESSAGE = format('entry_triggered must be a JSON boolean, not %s',
                                      jsonb_typeof(v_elem -> 'entry_triggered'));
             END IF;
+            IF jsonb_typeof(v_elem -> 'priority') NOT IN ('number', 'null')
+               OR (jsonb_typeof(v_elem -> 'priority') = 'number'
+                   AND ((v_elem ->> 'priority')::numeric NOT BETWEEN -100 AND 100
+                        OR (v_elem ->> 'priority')::numeric <> trunc((v_elem ->> 'priority')::numeric))) THEN
+                RAISE EXCEPTION USING ERRCODE = '22023',
+                    MESSAGE = format('priority must be a JSON integer from -100 to 100, not %s',
+                                     left((v_elem -> 'priority')::text, 40));
+            END IF;
+            BEGIN
+                v_not_before := (v_elem ->> 'not_before')::timestamptz;
+            EXCEPTION WHEN data_exception THEN
+                RAISE EXCEPTION USING ERRCODE = '22023',
+                    MESSAGE = format('not_before must be a timestamptz, not %s',
+                                     quote_literal(left(v_elem ->> 'not_before', 80)));
+            END;
             v_res := office.enqueue_run(
                 agent_profile_id => v_elem ->> 'agent_profile_id',
                 reason           => v_elem ->> 'reason',
@@ -849,7 +869,11 @@ BEGIN
                 task_id          => v_elem ->> 'task_id',
                 entry_triggered  => coalesce((v_elem ->> 'entry_triggered')::boolean, false),
                 keyless_cause    => v_elem ->> 'keyless_cause',
-                keyless_detail   => v_elem ->> 'keyless_detail');
+                keyless_detail   => v_elem ->> 'keyless_detail',
+                origin           => v_elem ->> 'origin',
+                cause_run_id     => v_elem ->> 'cause_run_id',
+                priority         => coalesce((v_elem ->> 'priority')::numeric::int, 0),
+                not_before       => v_not_before);
             ordinality := v_ord;
             outcome := v_res.outcome;
             dedup_kind := v_res.dedup_kind;
@@ -1543,6 +1567,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_row office.wake_policies;
+    v_holding boolean;
 BEGIN
     -- Every argument is checked before the row is written.
     IF set_wake_policy.scope IS NULL OR NOT (set_wake_policy.scope = ANY ('{agent,workspace}'::text[])) THEN
@@ -1598,6 +1623,11 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'OFA01',
             MESSAGE = format('agent %s not found', quote_literal(set_wake_policy.scope_id));
     END IF;
+    -- FOR UPDATE: the holds replaced are the ones read here.
+    v_holding := EXISTS (SELECT FROM office.wake_policies p
+                          WHERE p.scope = set_wake_policy.scope AND p.scope_id = set_wake_policy.scope_id
+                            AND (p.budget IS NOT NULL OR p.cooldown IS NOT NULL OR p.max_runs IS NOT NULL)
+                            FOR UPDATE);
     INSERT INTO office.wake_policies AS p
            (scope, scope_id, cooldown, max_runs, per, budget, budget_period, max_retries, retry_backoff, updated_at)
     VALUES (set_wake_policy.scope, set_wake_policy.scope_id, set_wake_policy.cooldown, set_wake_policy.max_runs,
@@ -1609,11 +1639,17 @@ BEGIN
            max_retries = EXCLUDED.max_retries, retry_backoff = EXCLUDED.retry_backoff,
            updated_at = EXCLUDED.updated_at
     RETURNING p.* INTO v_row;
+    -- A budget, cooldown or run cap that was there may have held the scope's
+    -- agents (their readiness rows delayed by claim_run, 34_wake_holds.sql):
+    -- ready them, whatever the new row holds.
+    IF v_holding THEN
+        PERFORM office._ready_scope(set_wake_policy.scope, set_wake_policy.scope_id);
+    END IF;
     RETURN v_row;
 END
 $$;
 COMMENT ON FUNCTION office.set_wake_policy(text, text, interval, int, interval, numeric, text, int, interval[]) IS
-    'Inserts or replaces the wake policy of an agent or a workspace (scope agent|workspace, scope_id) and returns it; NULL = not set here. max_runs (1-10000) and per (a positive interval) come together; cooldown, per and each retry_backoff step finite intervals from 0 to 100 years; budget finite and >= 0; budget_period day, week or month; max_retries 0-100; retry_backoff 1-32 intervals. Bad input 22023 naming the argument (nothing written); unknown agent OFA01.';
+    'Inserts or replaces the wake policy of an agent or a workspace (scope agent|workspace, scope_id) and returns it; NULL = not set here. max_runs (1-10000) and per (a positive interval) come together; cooldown, per and each retry_backoff step finite intervals from 0 to 100 years; budget finite and >= 0; budget_period day, week or month; max_retries 0-100; retry_backoff 1-32 intervals. Bad input 22023 naming the argument (nothing written); unknown agent OFA01. Where the row replaced had a budget, cooldown or run cap, the scope''s agents with queued runs are listed again for claim_run (a hold it kept may be lifted).';
 REVOKE EXECUTE ON FUNCTION office.set_wake_policy(text, text, interval, int, interval, numeric, text, int, interval[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.set_wake_policy(text, text, interval, int, interval, numeric, text, int, interval[]) TO office_admin;
 
@@ -1622,14 +1658,25 @@ CREATE FUNCTION office.clear_wake_policy(scope text, scope_id text) RETURNS bool
     SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
+DECLARE
+    v_holding boolean;
 BEGIN
     DELETE FROM office.wake_policies p
-     WHERE p.scope = clear_wake_policy.scope AND p.scope_id = clear_wake_policy.scope_id;
-    RETURN FOUND;
+     WHERE p.scope = clear_wake_policy.scope AND p.scope_id = clear_wake_policy.scope_id
+    RETURNING p.budget IS NOT NULL OR p.cooldown IS NOT NULL OR p.max_runs IS NOT NULL INTO v_holding;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    -- A hold gone may have held the scope's agents (their readiness rows
+    -- delayed by claim_run): ready them.
+    IF v_holding THEN
+        PERFORM office._ready_scope(clear_wake_policy.scope, clear_wake_policy.scope_id);
+    END IF;
+    RETURN true;
 END
 $$;
 COMMENT ON FUNCTION office.clear_wake_policy(text, text) IS
-    'Deletes the wake policy of an agent or a workspace; true if there was one.';
+    'Deletes the wake policy of an agent or a workspace; true if there was one. Where it had a budget, cooldown or run cap, the scope''s agents with queued runs are listed again for claim_run (a hold it kept is lifted).';
 REVOKE EXECUTE ON FUNCTION office.clear_wake_policy(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.clear_wake_policy(text, text) TO office_admin;
 
@@ -1739,7 +1786,605 @@ COMMENT ON FUNCTION office.record_run_cost(text, int, numeric, text) IS
     'Adds amount (finite, >= 0, else 22023) to the run''s cost and to its agent''s and workspace''s spend of the UTC day, while the run carries this attempt: claimed, ended or put back (and, when worker_id is given, claimed by that worker or no longer claimed); true if recorded. A recording that takes a scope''s spend in its budget period across 80 % of its budget writes a budget_warning decision, across 100 % a budget_exhausted one, under the run''s agent.';
 REVOKE EXECUTE ON FUNCTION office.record_run_cost(text, int, numeric, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.record_run_cost(text, int, numeric, text) TO office_worker, office_admin;
+-- claim_run's budget hard stop (docs/api.md §9): a held agent is no
+-- candidate, its readiness rows delayed to the hold's end.
+-- enable_bitmapscan = off as well: office.agent_ready is small and churns
+-- (a row deleted per claim, inserted per claim end), and against its
+-- statistics a bitmap scan plus a sort looks cheaper than walking
+-- idx_agent_ready_head in order; but a bitmap scan visits every dead entry
+-- again on every call, where an index scan marks them dead once.
+CREATE OR REPLACE FUNCTION office.claim_run(worker_id text DEFAULT NULL, agent_profile_id text DEFAULT NULL)
+    RETURNS SETOF office.runs
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    SET enable_seqscan = off
+    SET enable_bitmapscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    -- $1 and $2, not claim_run.worker_id: 95_native.sql compiles this body
+    -- under another name too (office._claim_run_plpgsql).
+    v_agent       text := nullif($2, '');
+    v_worker      text := office._check_short_text('worker_id', $1);
+    v_skip_agents text[] := '{}';
+    v_skip_runs   text[] := '{}';
+    v_cand_ids    text[];
+    v_cand_agents text[];
+    v_stale       text[];
+    v_held        text[];
+    v_hold        text;
+    -- Whether any policy can hold a run (34_wake_holds.sql): with none, one
+    -- probe of the empty partial index idx_wake_policies_holds.
+    v_governed    boolean := EXISTS (SELECT FROM office.wake_policies p
+                                      WHERE p.budget IS NOT NULL OR p.cooldown IS NOT NULL OR p.max_runs IS NOT NULL);
+    v_cand_id     text;
+    v_cand_agent  text;
+    v_row         office.runs;
+BEGIN
+    -- One candidate at a time, oldest first. Without an agent, the agents
+    -- looked at are the first 8 of office.agent_ready (oldest head_at first,
+    -- those due now): an agent that holds a claim, does not accept runs or
+    -- has no due run is not a candidate but a stale row, removed (or
+    -- delayed to its due_at) by _unready_agents, and the scan goes on past
+    -- it. So a busy agent costs one look after it last became ready, not
+    -- one per claim, and the cost does not follow the backlog of busy
+    -- agents (nor their number). Of each agent looked at, the oldest due run
+    -- (a LIMIT 1 walk of idx_run_agent_queued) is the candidate; the oldest
+    -- of those goes first. Across agents the order is the listed head_at,
+    -- which is the agent's oldest queued run when it was listed (a run
+    -- requested by an older, slower transaction may sort after it).
+    -- For each candidate: the agent's advisory lock, taken with pg_try_* (a
+    -- claimer busy with this agent makes us skip it, never wait); then, in a
+    -- statement of its own (READ COMMITTED: a snapshot taken after the lock),
+    -- a look for a claimed run of the agent, which sees any claim committed
+    -- before we got the lock; then the row itself with SKIP LOCKED. Every
+    -- claimer holds the agent's lock until its transaction ends, so no claim
+    -- can be in flight unseen: no 23505 on idx_run_one_claimed_per_agent,
+    -- which stays as the backstop in the table. An agent just claimed holds
+    -- a claim: its rows in office.agent_ready go (the claim's end readies it
+    -- again).
+    -- An agent that another claimer is busy with, or that got a claim
+    -- meanwhile, is skipped for the next candidate of the list, not for a
+    -- new scan (concurrent claimers all find the same oldest candidate, and
+    -- the scan is most of a claim's cost: bench/hotpath.py). A candidate run
+    -- that is gone (claimed, cancelled, locked) starts a new scan, since its
+    -- agent may have an older due run than the next candidate.
+    -- Policy holds (docs/api.md §9, 34_wake_holds.sql): of an agent that a
+    -- reached budget holds no run is a candidate, and of one that a cooldown
+    -- or run cap holds only a human run. An agent held with no candidate is
+    -- not stale but held: _hold_agents delays its rows to the hold's end, so
+    -- later claims do not look at it again before, as for a busy agent. The
+    -- hold is decided again after the agent's claim lock, in a statement of
+    -- its own, so two claimers at the moment a hold ends see each other's
+    -- claim; and a claim under a run cap is logged (_log_claim).
+    <<scan>>
+    LOOP
+        IF v_agent IS NULL THEN
+            WITH ready(agent, head_at) AS MATERIALIZED (
+                SELECT e.agent_profile_id, min(e.head_at)
+                  FROM ((SELECT r.agent_profile_id, r.head_at FROM office.agent_ready r
+                          WHERE r.due_at IS NULL AND r.agent_profile_id <> ALL (v_skip_agents)
+                          ORDER BY r.head_at, r.agent_profile_id COLLATE "C"
+                          LIMIT 8)
+                        UNION ALL
+                        (SELECT r.agent_profile_id, r.head_at FROM office.agent_ready r
+                          WHERE r.due_at <= now() AND r.agent_profile_id <> ALL (v_skip_agents)
+                          ORDER BY r.due_at
+                          LIMIT 8)) AS e
+                 GROUP BY e.agent_profile_id
+                 ORDER BY min(e.head_at), e.agent_profile_id COLLATE "C"
+                 LIMIT 8
+            ),
+            -- Materialized, so that busy and paused agents are dropped before
+            -- any of their runs is read. Lateral probes, not EXISTS: the
+            -- planner may turn an EXISTS into a hashed subplan that reads
+            -- every claimed run (one per busy agent) on each call.
+            free(agent, ok, hold) AS MATERIALIZED (
+                SELECT ready.agent, x.busy IS NULL AND p.accepts IS NOT NULL, h.held_by
+                  FROM ready
+                  LEFT JOIN LATERAL (SELECT true AS busy FROM office.runs x
+                                      WHERE x.agent_profile_id = ready.agent AND x.status = 'claimed'
+                                      LIMIT 1) x ON true
+                  LEFT JOIN LATERAL (SELECT true AS accepts, p.workspace_id FROM office.agent_profiles p
+                                      WHERE p.id = ready.agent
+                                        AND p.status <> ALL (office._statuses_refusing_runs())
+                                      LIMIT 1) p ON true
+                  LEFT JOIN LATERAL (SELECT g.held_by
+                                       FROM office._agent_hold(ready.agent, p.workspace_id, false) g
+                                      WHERE v_governed AND x.busy IS NULL AND p.accepts IS NOT NULL) h ON true
+            )
+            SELECT array_agg(c.id ORDER BY c.requested_at, c.id COLLATE "C") FILTER (WHERE c.id IS NOT NULL),
+                   array_agg(free.agent ORDER BY c.requested_at, c.id COLLATE "C") FILTER (WHERE c.id IS NOT NULL),
+                   array_agg(free.agent) FILTER (WHERE c.id IS NULL AND free.hold IS NULL),
+                   array_agg(free.agent) FILTER (WHERE c.id IS NULL AND free.hold IS NOT NULL)
+              INTO v_cand_ids, v_cand_agents, v_stale, v_held
+              FROM free
+              LEFT JOIN LATERAL (SELECT q.id, q.requested_at
+                                   FROM office.runs q
+                                  WHERE free.ok AND q.status = 'queued' AND q.agent_profile_id = free.agent
+                                    AND (free.hold IS NULL OR (free.hold <> 'budget' AND q.origin = 'human'))
+                                    AND (q.scheduled_retry_at IS NULL OR q.scheduled_retry_at <= now())
+                                    AND q.id <> ALL (v_skip_runs)
+                                  ORDER BY q.requested_at, q.id COLLATE "C"
+                                  LIMIT 1) c ON true;
+            IF v_held IS NOT NULL THEN
+                PERFORM office._hold_agents(v_held);
+                v_skip_agents := v_skip_agents || v_held;
+            END IF;
+            IF v_stale IS NOT NULL THEN
+                PERFORM office._unready_agents(v_stale);
+                v_skip_agents := v_skip_agents || v_stale;
+            END IF;
+            CONTINUE scan WHEN v_cand_ids IS NULL AND (v_stale IS NOT NULL OR v_held IS NOT NULL);
+        ELSE
+            -- One agent: its oldest due run, read in index order (never a
+            -- sort of its backlog); nothing when it holds a claim, does not
+            -- accept runs or a policy holds it (a cooldown or run cap: its
+            -- human runs only).
+            IF v_governed THEN
+                SELECT g.held_by INTO v_hold
+                  FROM office.agent_profiles a
+                 CROSS JOIN LATERAL office._agent_hold(a.id, a.workspace_id, false) g
+                 WHERE a.id = v_agent;
+            END IF;
+            SELECT ARRAY[q.id], ARRAY[q.agent_profile_id] INTO v_cand_ids, v_cand_agents
+              FROM office.runs q
+             WHERE q.status = 'queued' AND q.agent_profile_id = v_agent
+               AND (q.scheduled_retry_at IS NULL OR q.scheduled_retry_at <= now())
+               AND q.id <> ALL (v_skip_runs)
+               AND NOT EXISTS (SELECT FROM office.runs x WHERE x.agent_profile_id = v_agent AND x.status = 'claimed')
+               AND EXISTS (SELECT FROM office.agent_profiles p
+                            WHERE p.id = v_agent AND p.status <> ALL (office._statuses_refusing_runs()))
+               AND (v_hold IS NULL OR (v_hold <> 'budget' AND q.origin = 'human'))
+             ORDER BY q.requested_at, q.id COLLATE "C"
+             LIMIT 1;
+        END IF;
+        EXIT WHEN v_cand_ids IS NULL;
+
+        FOR i IN 1 .. cardinality(v_cand_ids) LOOP
+            v_cand_id := v_cand_ids[i];
+            v_cand_agent := v_cand_agents[i];
+            IF NOT pg_try_advisory_xact_lock(hashtextextended(office._lock_key('runs.claim', v_cand_agent), 0)) THEN
+                EXIT scan WHEN v_agent IS NOT NULL;
+                v_skip_agents := v_skip_agents || v_cand_agent;
+                CONTINUE;
+            END IF;
+            IF EXISTS (SELECT FROM office.runs c WHERE c.agent_profile_id = v_cand_agent AND c.status = 'claimed') THEN
+                EXIT scan WHEN v_agent IS NOT NULL;
+                v_skip_agents := v_skip_agents || v_cand_agent;
+                CONTINUE;
+            END IF;
+            IF v_governed AND EXISTS (SELECT FROM office.runs l
+                                        JOIN office.agent_profiles a ON a.id = l.agent_profile_id
+                                       CROSS JOIN LATERAL office._agent_hold(a.id, a.workspace_id, l.origin = 'human') g
+                                       WHERE l.id = v_cand_id AND g.held_by IS NOT NULL) THEN
+                EXIT scan WHEN v_agent IS NOT NULL;
+                v_skip_agents := v_skip_agents || v_cand_agent;
+                CONTINUE;
+            END IF;
+            -- By its primary key only: status compared under "C"
+            -- (sql/30_runs.sql, "Plans").
+            UPDATE office.runs r
+               SET status = 'claimed', claimed_at = now(), claimed_by = v_worker,
+                   heartbeat_at = now(), attempt = r.attempt + 1
+             WHERE r.id = (SELECT l.id FROM office.runs l
+                            WHERE l.id = v_cand_id AND l.status COLLATE "C" = 'queued'
+                              AND (l.scheduled_retry_at IS NULL OR l.scheduled_retry_at <= now())
+                              FOR UPDATE SKIP LOCKED)
+            RETURNING r.* INTO v_row;
+            IF FOUND THEN
+                -- The agent now holds a claim, in this statement's snapshot
+                -- as in every later one of ours: _unready_agents would delete
+                -- its rows and leave none to delay. Its lock and delete,
+                -- inline: the call was a fifth of a claim + finish cycle's
+                -- server time (docs/benchmarks.md). Were we to roll back, the
+                -- delete would go with the claim.
+                IF current_setting('transaction_isolation') = 'read committed'
+                   AND pg_try_advisory_xact_lock(hashtextextended('office.runs.ready:' || v_cand_agent, 0)) THEN
+                    DELETE FROM office.agent_ready r WHERE r.agent_profile_id = v_cand_agent;
+                END IF;
+                IF v_governed THEN
+                    PERFORM office._log_claim(v_cand_agent, (SELECT a.workspace_id FROM office.agent_profiles a
+                                                              WHERE a.id = v_cand_agent));
+                END IF;
+                RETURN NEXT v_row;
+                RETURN;
+            END IF;
+            -- Locked by someone else (a cancel, a coalesce) or no longer queued.
+            v_skip_runs := v_skip_runs || v_cand_id;
+            CONTINUE scan;
+        END LOOP;
+    END LOOP scan;
+END
+$$;
+COMMENT ON FUNCTION office.claim_run(text, text) IS
+    'Claims the oldest due queued run (optionally of one agent) whose agent accepts runs, has no claimed run and is not held by a wake policy (a reached budget, its own or its workspace''s; for a run not of origin human a cooldown or run cap): status claimed, claimed_at and heartbeat_at now, attempt + 1. 0 or 1 row; never waits for or fails because of another claimer; its cost does not grow with the backlog of agents holding a claim. worker_id over 200 characters or with a control character 22023.';
 -- (end of wake policies)
+
+-- === wake holds (34_wake_holds.sql) =========================================
+
+-- office: what a wake policy holds, and the answer to "why isn't my agent
+-- running?" (docs/api.md §9, "What a policy holds" and "Explain").
+--
+-- A hold is decided when a run would be claimed, never when it is queued: a
+-- held run stays queued, so nothing is lost while an agent waits, and the
+-- wakes that pile up meanwhile coalesce into it (§3). One function,
+-- office._agent_hold, decides the holds of an agent for claim_run,
+-- explain_agent and office.governance_stats alike, in the order explain_agent
+-- reports them: budget (any origin), then cooldown and run cap (which a human
+-- run bypasses). The run's own holds (paused agent, not_before, a claim in
+-- progress) are claim_run's as before.
+--
+-- A held agent costs claim_run what a busy one costs: one look after it
+-- became ready. Its readiness rows are not stale (it has queued runs, and no
+-- trigger readies it when the hold ends by time), so they are delayed to the
+-- hold's end (office._hold_agents) instead of deleted; a policy change that
+-- may lift a hold lists the scope's agents again (office._ready_scope), and
+-- a human run inserted meanwhile is listed by the readiness trigger as any
+-- run is.
+
+-- claim_run asks whether anything can hold a run before it looks further:
+-- with no such policy that is one probe of this (empty) index, and the C
+-- definition hands every call on to PL/pgSQL while it has an entry.
+CREATE INDEX idx_wake_policies_holds ON office.wake_policies (scope, scope_id)
+    WHERE budget IS NOT NULL OR cooldown IS NOT NULL OR max_runs IS NOT NULL;
+
+-- A cooldown counts from the latest end of a claim of the agent: a run that
+-- was claimed when it ended keeps claimed_at (finish_run, a final fail_run,
+-- cancel_run of a claimed run), while a requeue, retry, recovery or budget
+-- stop clears it and a queued run cancelled never had it. So the latest end
+-- is one backward probe of this index.
+CREATE INDEX idx_run_agent_ended ON office.runs (agent_profile_id, finished_at)
+    WHERE claimed_at IS NOT NULL AND finished_at IS NOT NULL;
+
+-- The claims of each agent under a cooldown or run cap, one row per agent,
+-- kept apart from office.runs so that prune_runs cannot lift a cap and a
+-- re-claim counts again: claimed_at lists the claims within the cap's
+-- interval (the last one only, under a cooldown alone). Written by every
+-- claim of such an agent (office._log_claim). One row, not one per claim, so
+-- that it is also what serialises claims under REPEATABLE READ: a claimer
+-- whose snapshot predates another claimer's claim writes the row that claim
+-- changed and gets a serialization failure (40001) rather than claiming past
+-- the cap or inside the cooldown it could not see.
+CREATE TABLE office.wake_claims (
+    agent_profile_id text          PRIMARY KEY,
+    claimed_at       timestamptz[] NOT NULL
+);
+SELECT pg_catalog.pg_extension_config_dump('office.wake_claims', '');
+REVOKE ALL ON TABLE office.wake_claims FROM PUBLIC;
+GRANT SELECT ON TABLE office.wake_claims TO office_reader, office_admin;
+COMMENT ON TABLE office.wake_claims IS
+    'Claims of agents under a cooldown or run cap, one row per agent: claimed_at lists its claims within the cap''s interval (re-claims and human runs included). Written by claim_run.';
+
+-- An agent's cooldown and run cap: its own row's values where set, else its
+-- workspace row's (max_runs and per come together in a row).
+CREATE FUNCTION office._agent_limits(agent_profile_id text, workspace_id text,
+                                     OUT cooldown interval, OUT max_runs int, OUT per interval)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(a.cooldown, w.cooldown),
+           CASE WHEN a.max_runs IS NOT NULL THEN a.max_runs ELSE w.max_runs END,
+           CASE WHEN a.max_runs IS NOT NULL THEN a.per ELSE w.per END
+      FROM (SELECT) AS one
+      LEFT JOIN office.wake_policies a ON a.scope = 'agent' AND a.scope_id = _agent_limits.agent_profile_id
+      LEFT JOIN office.wake_policies w ON w.scope = 'workspace' AND w.scope_id = _agent_limits.workspace_id
+$$;
+COMMENT ON FUNCTION office._agent_limits(text, text) IS
+    'Internal: the agent''s cooldown and run cap (max_runs per per): its own policy row''s where set, else its workspace row''s; NULL where neither sets one.';
+REVOKE EXECUTE ON FUNCTION office._agent_limits(text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._agent_limits(text, text) TO office_admin;
+
+-- The first hold of a policy on the agent's runs of this origin (human or
+-- not), in explain_agent's order: budget, cooldown, run cap; NULLs when none
+-- holds. until is when the hold ends by itself: the next budget period (the
+-- latest of the reached scopes'), the cooldown's end, the time the oldest
+-- counted claim leaves the cap's interval.
+CREATE FUNCTION office._agent_hold(agent_profile_id text, workspace_id text, human boolean,
+                                   OUT held_by text, OUT until timestamptz, OUT detail text)
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    SET intervalstyle = 'postgres'
+    SET datestyle = 'ISO, YMD'
+    SET enable_seqscan = off
+AS $$
+DECLARE
+    v_limits record;
+    v_last   timestamptz;
+    v_count  int;
+BEGIN
+    SELECT (office._budget_period_start(p.budget_period) + ('1 ' || p.budget_period)::interval) AT TIME ZONE 'UTC',
+           format('the %s budget of %s per %s is reached: %s spent', p.scope, p.budget, p.budget_period, s.spent)
+      INTO until, detail
+      FROM office.wake_policies p
+     CROSS JOIN LATERAL (SELECT office._spend(p.scope, p.scope_id, office._budget_period_start(p.budget_period))
+                                AS spent) s
+     WHERE p.budget IS NOT NULL
+       AND ((p.scope = 'agent' AND p.scope_id = _agent_hold.agent_profile_id)
+         OR (p.scope = 'workspace' AND p.scope_id = _agent_hold.workspace_id))
+       AND s.spent >= p.budget
+     ORDER BY 1 DESC
+     LIMIT 1;
+    IF FOUND THEN
+        held_by := 'budget';
+        RETURN;
+    END IF;
+    until := NULL;
+    detail := NULL;
+    IF _agent_hold.human THEN
+        RETURN;
+    END IF;
+    SELECT * INTO v_limits FROM office._agent_limits(_agent_hold.agent_profile_id, _agent_hold.workspace_id);
+    IF v_limits.cooldown > interval '0' THEN
+        SELECT max(r.finished_at) INTO v_last
+          FROM office.runs r
+         WHERE r.agent_profile_id = _agent_hold.agent_profile_id
+           AND r.claimed_at IS NOT NULL AND r.finished_at IS NOT NULL;
+        IF v_last + v_limits.cooldown > now() THEN
+            held_by := 'cooldown';
+            until := v_last + v_limits.cooldown;
+            detail := format('cooldown of %s after the run that ended at %s', v_limits.cooldown, v_last);
+            RETURN;
+        END IF;
+    END IF;
+    IF v_limits.max_runs IS NOT NULL THEN
+        SELECT count(*), (array_agg(t.at ORDER BY t.at DESC))[v_limits.max_runs] + v_limits.per
+          INTO v_count, until
+          FROM office.wake_claims c
+         CROSS JOIN LATERAL unnest(c.claimed_at) AS t (at)
+         WHERE c.agent_profile_id = _agent_hold.agent_profile_id AND t.at > now() - v_limits.per;
+        IF v_count < v_limits.max_runs THEN
+            until := NULL;
+        ELSE
+            held_by := 'run_cap';
+            detail := format('%s runs claimed in the last %s, at most %s', v_count,
+                             CASE v_limits.per WHEN interval '1 second' THEN 'second' WHEN interval '1 minute' THEN 'minute'
+                                               WHEN interval '1 hour' THEN 'hour' WHEN interval '1 day' THEN 'day'
+                                               WHEN interval '7 days' THEN 'week' ELSE v_limits.per::text END,
+                             v_limits.max_runs);
+        END IF;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION office._agent_hold(text, text, boolean) IS
+    'Internal: the first policy hold (budget, cooldown, run_cap) on the agent''s runs of this origin (human: budget only), when it ends by itself and what it is in words; NULLs when none holds.';
+REVOKE EXECUTE ON FUNCTION office._agent_hold(text, text, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._agent_hold(text, text, boolean) TO office_admin;
+
+-- Internal: claim_run's record of a claim (above): nothing unless a cooldown
+-- or run cap applies to the agent.
+CREATE FUNCTION office._log_claim(agent_profile_id text, workspace_id text) RETURNS void
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+    SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_limits record;
+BEGIN
+    SELECT * INTO v_limits FROM office._agent_limits(_log_claim.agent_profile_id, _log_claim.workspace_id);
+    IF v_limits.cooldown IS NULL AND v_limits.per IS NULL THEN
+        RETURN;
+    END IF;
+    INSERT INTO office.wake_claims AS c (agent_profile_id, claimed_at)
+    VALUES (_log_claim.agent_profile_id, ARRAY[now()])
+    ON CONFLICT (agent_profile_id) DO UPDATE
+       SET claimed_at = ARRAY(SELECT t.at FROM unnest(c.claimed_at) AS t (at)
+                               WHERE t.at > now() - v_limits.per
+                               ORDER BY t.at) || now();
+END
+$$;
+COMMENT ON FUNCTION office._log_claim(text, text) IS
+    'Internal (claim_run): records a claim of the agent in office.wake_claims when a cooldown or run cap applies to it, dropping its claims older than the cap''s interval.';
+REVOKE EXECUTE ON FUNCTION office._log_claim(text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._log_claim(text, text) TO office_admin;
+
+-- Internal: claim_run's delay of the readiness rows of agents a policy holds
+-- (30_runs.sql, office.agent_ready). Deleting them would be a stall: the
+-- hold ending by time readies nobody. So they are delayed to the time the
+-- hold ends by itself (for a cooldown or run cap, or earlier when a human run
+-- of the agent becomes due then), and until then later claims do not look at
+-- them. Under each agent's readiness lock taken exclusive with pg_try_* (a
+-- busy lock leaves the rows as they are, and two claimers never wait on one
+-- row), and the hold decided again in the UPDATE's own snapshot: a row it
+-- can see was inserted by a commit it sees too, so a lifting change's row is
+-- never delayed. Nothing under a stricter isolation, whose snapshot may be
+-- older than the lock.
+CREATE FUNCTION office._hold_agents(agents text[]) RETURNS void
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+    SET enable_seqscan = off
+AS $$
+DECLARE
+    v_locked text[];
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RETURN;
+    END IF;
+    SELECT array_agg(a.agent) INTO v_locked
+      FROM unnest(_hold_agents.agents) AS a (agent)
+     WHERE pg_try_advisory_xact_lock(hashtextextended('office.runs.ready:' || a.agent, 0));
+    IF v_locked IS NULL THEN
+        RETURN;
+    END IF;
+    WITH held AS (
+        SELECT a.agent,
+               CASE WHEN h.held_by = 'budget' THEN h.until
+                    ELSE least(h.until, (SELECT min(q.scheduled_retry_at) FROM office.runs q
+                                          WHERE q.agent_profile_id = a.agent AND q.status = 'queued'
+                                            AND q.origin = 'human'))
+               END AS until
+          FROM unnest(v_locked) AS a (agent)
+          JOIN office.agent_profiles p ON p.id = a.agent
+         CROSS JOIN LATERAL office._agent_hold(a.agent, p.workspace_id, false) h
+         WHERE h.held_by IS NOT NULL
+    )
+    UPDATE office.agent_ready r
+       SET due_at = held.until
+      FROM held
+     WHERE r.agent_profile_id = held.agent AND held.until > now()
+       AND (r.due_at IS NULL OR r.due_at < held.until);
+END
+$$;
+COMMENT ON FUNCTION office._hold_agents(text[]) IS
+    'Internal (claim_run): sets due_at of the office.agent_ready rows of these agents, where a policy holds their runs (office._agent_hold), to when the hold ends by itself; only agents whose readiness lock it gets at once, exclusive; nothing outside READ COMMITTED.';
+REVOKE EXECUTE ON FUNCTION office._hold_agents(text[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._hold_agents(text[]) TO office_admin;
+
+-- Internal: after a change to a policy that may have held agents (their
+-- readiness rows delayed by office._hold_agents), an office.agent_ready row
+-- for each agent of the scope with a queued run, inserted without a look (a
+-- row is never wrong, at worst one look for a claimer), so no claimable agent
+-- is left with delayed rows only.
+CREATE FUNCTION office._ready_scope(scope text, scope_id text) RETURNS void
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+    SET enable_seqscan = off
+AS $$
+BEGIN
+    IF _ready_scope.scope = 'agent' THEN
+        INSERT INTO office.agent_ready (agent_profile_id, head_at)
+        SELECT q.agent_profile_id, q.requested_at
+          FROM office.runs q
+         WHERE q.agent_profile_id = _ready_scope.scope_id AND q.status = 'queued'
+         ORDER BY q.requested_at, q.id COLLATE "C"
+         LIMIT 1;
+    ELSE
+        INSERT INTO office.agent_ready (agent_profile_id, head_at)
+        SELECT a.id, q.requested_at
+          FROM office.agent_profiles a
+          JOIN LATERAL (SELECT q.requested_at FROM office.runs q
+                         WHERE q.agent_profile_id = a.id AND q.status = 'queued'
+                         ORDER BY q.requested_at, q.id COLLATE "C"
+                         LIMIT 1) q ON true
+         WHERE a.workspace_id = _ready_scope.scope_id;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION office._ready_scope(text, text) IS
+    'Internal (set_wake_policy, clear_wake_policy): inserts an office.agent_ready row for the agent (scope agent) or each agent of the workspace (scope workspace) that has a queued run, head_at its oldest queued run''s requested_at.';
+REVOKE EXECUTE ON FUNCTION office._ready_scope(text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._ready_scope(text, text) TO office_admin;
+
+-- The words of the holds (detail) are written with intervalstyle and datestyle
+-- pinned, so they read alike whatever the session's settings.
+
+-- The hold of one queued run, given its agent's holds: the first of paused,
+-- budget, not_before, cooldown, run_cap, claimed (docs/api.md §9).
+CREATE FUNCTION office._run_hold(refuses boolean, busy boolean, origin text, scheduled_retry_at timestamptz,
+                                 any_hold text, any_until timestamptz, any_detail text,
+                                 OUT held_by text, OUT until timestamptz, OUT detail text)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+    SET intervalstyle = 'postgres'
+    SET datestyle = 'ISO, YMD'
+AS $$
+    SELECT CASE WHEN refuses THEN 'paused'
+                WHEN any_hold = 'budget' THEN 'budget'
+                WHEN scheduled_retry_at > now() THEN 'not_before'
+                WHEN any_hold IS NOT NULL AND origin IS DISTINCT FROM 'human' THEN any_hold
+                WHEN busy THEN 'claimed'
+           END,
+           CASE WHEN refuses THEN NULL
+                WHEN any_hold = 'budget' THEN any_until
+                WHEN scheduled_retry_at > now() THEN scheduled_retry_at
+                WHEN any_hold IS NOT NULL AND origin IS DISTINCT FROM 'human' THEN any_until
+           END,
+           CASE WHEN refuses THEN 'the agent does not accept runs'
+                WHEN any_hold = 'budget' THEN any_detail
+                WHEN scheduled_retry_at > now() THEN format('not before %s', scheduled_retry_at)
+                WHEN any_hold IS NOT NULL AND origin IS DISTINCT FROM 'human' THEN any_detail
+                WHEN busy THEN 'the agent has a claimed run'
+           END
+$$;
+COMMENT ON FUNCTION office._run_hold(boolean, boolean, text, timestamptz, text, timestamptz, text) IS
+    'Internal (explain_agent, office.governance_stats): what holds a queued run, given whether its agent refuses runs or holds a claim and the agent''s first policy hold for non-human runs: the first of paused, budget, not_before, cooldown, run_cap, claimed, with until and detail; NULLs when claimable.';
+REVOKE EXECUTE ON FUNCTION office._run_hold(boolean, boolean, text, timestamptz, text, timestamptz, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._run_hold(boolean, boolean, text, timestamptz, text, timestamptz, text)
+    TO office_admin;
+
+CREATE FUNCTION office.explain_agent(agent_profile_id text, max_rows int DEFAULT 50)
+    RETURNS TABLE (run_id text, status text, claimable boolean, held_by text, until timestamptz, detail text)
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    SET intervalstyle = 'postgres'
+    SET datestyle = 'ISO, YMD'
+    SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_agent   office.agent_profiles;
+    v_hold    record;
+    v_busy    boolean;
+    v_refuses boolean;
+BEGIN
+    IF explain_agent.max_rows IS NULL OR explain_agent.max_rows < 1 OR explain_agent.max_rows > 10000 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('max_rows must be an integer from 1 to 10000, not %s',
+                             coalesce(explain_agent.max_rows::text, 'NULL'));
+    END IF;
+    SELECT a.* INTO v_agent FROM office.agent_profiles a WHERE a.id = explain_agent.agent_profile_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'OFA01',
+            MESSAGE = format('agent %s not found', coalesce(quote_literal(left(explain_agent.agent_profile_id, 80)), 'NULL'));
+    END IF;
+    v_refuses := v_agent.status = ANY (office._statuses_refusing_runs());
+    SELECT * INTO v_hold FROM office._agent_hold(v_agent.id, v_agent.workspace_id, false);
+    RETURN QUERY
+    SELECT c.id, c.status, false, NULL::text, NULL::timestamptz,
+           format('claimed by %s at %s, attempt %s', coalesce(c.claimed_by, 'a worker'), c.claimed_at, c.attempt)
+      FROM office.runs c
+     WHERE c.agent_profile_id = v_agent.id AND c.status = 'claimed';
+    v_busy := FOUND;
+    RETURN QUERY
+    SELECT q.id, q.status, h.held_by IS NULL, h.held_by, h.until, h.detail
+      FROM (SELECT q.* FROM office.runs q
+             WHERE q.agent_profile_id = v_agent.id AND q.status = 'queued'
+             ORDER BY q.priority DESC, q.requested_at, q.id COLLATE "C"
+             LIMIT explain_agent.max_rows - (CASE WHEN v_busy THEN 1 ELSE 0 END)) AS q
+     CROSS JOIN LATERAL office._run_hold(v_refuses, v_busy, q.origin, q.scheduled_retry_at,
+                                         v_hold.held_by, v_hold.until, v_hold.detail) h
+     ORDER BY q.priority DESC, q.requested_at, q.id COLLATE "C";
+END
+$$;
+COMMENT ON FUNCTION office.explain_agent(text, int) IS
+    'Why the agent''s runs are or are not claimable: its claimed run first (claimable false), then its queued runs by priority DESC, requested_at, id, at most max_rows rows (1-10000, else 22023), each with claimable and what holds it (the first of paused, budget, not_before, cooldown, run_cap, claimed; NULL when claimable), until when the hold ends where known, and detail in words. Unknown agent OFA01.';
+REVOKE EXECUTE ON FUNCTION office.explain_agent(text, int) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.explain_agent(text, int)
+    TO office_producer, office_worker, office_reader, office_admin;
+
+-- Queued runs held now, by agent and hold, in explain_agent's words (a claim
+-- in progress is not counted: it holds the agent's other runs by design).
+-- Each agent's policy holds are decided once, then each run's own. A view
+-- over a SECURITY DEFINER function, so that readers need no access to the
+-- tables and functions it reads.
+CREATE FUNCTION office._governance_stats()
+    RETURNS TABLE (agent_profile_id text, held_by text, runs bigint)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    SET enable_seqscan = off
+AS $$
+    SELECT a.id, h.held_by, count(*)::bigint
+      FROM office.agent_profiles a
+     CROSS JOIN LATERAL office._agent_hold(a.id, a.workspace_id, false) g
+      JOIN office.runs q ON q.agent_profile_id = a.id AND q.status = 'queued'
+     CROSS JOIN LATERAL office._run_hold(a.status = ANY (office._statuses_refusing_runs()), false, q.origin,
+                                         q.scheduled_retry_at, g.held_by, g.until, g.detail) h
+     WHERE h.held_by IS NOT NULL
+       AND EXISTS (SELECT FROM office.runs e WHERE e.agent_profile_id = a.id AND e.status = 'queued')
+     GROUP BY a.id, h.held_by
+$$;
+COMMENT ON FUNCTION office._governance_stats() IS
+    'Internal (office.governance_stats): queued runs held now, by agent and hold.';
+REVOKE EXECUTE ON FUNCTION office._governance_stats() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._governance_stats() TO office_reader, office_admin;
+
+CREATE VIEW office.governance_stats AS
+SELECT s.agent_profile_id, s.held_by, s.runs FROM office._governance_stats() AS s;
+REVOKE ALL ON TABLE office.governance_stats FROM PUBLIC;
+GRANT SELECT ON TABLE office.governance_stats TO office_reader, office_admin;
+COMMENT ON VIEW office.governance_stats IS
+    'Queued runs held now, by agent and hold (paused, budget, not_before, cooldown, run_cap; a claim in progress not counted), in explain_agent''s words.';
 
 -- === documents named in the catalog ========================================
 -- The contract and the domain notes live in the repository since 0.5.0
@@ -1890,11 +2535,11 @@ CREATE OR REPLACE FUNCTION office.schema_version() RETURNS text
     RETURN '0.5.0';
 
 -- === native helpers (95_native.sql) ==========================================
--- enqueue_run and finish_run were replaced by their PL/pgSQL definitions
--- above: where the library is installed and its ABI version is the schema's
--- (the handshake of 95_native.sql, after the version above), keep
--- enqueue_run's body as the one its C definition hands calls to, and bind
--- the C definitions again. office._native_binding() records the result.
+-- enqueue_run, claim_run and finish_run were replaced by their PL/pgSQL
+-- definitions above: where the library is installed and its ABI version is
+-- the schema's (the handshake of 95_native.sql, after the version above),
+-- keep enqueue_run's and claim_run's bodies as the ones their C definitions
+-- hand calls to, and bind the C definitions again. office._native_binding() records the result.
 DO $native$
 DECLARE
     v_schema  text := office.schema_version();
@@ -1949,6 +2594,24 @@ BEGIN
                 RETURNS office.enqueue_result
                 LANGUAGE c VOLATILE SECURITY DEFINER
                 AS '$libdir/office', 'office_enqueue_run';
+            EXECUTE pg_catalog.format(
+                $create$CREATE OR REPLACE FUNCTION office._claim_run_plpgsql(worker_id text, agent_profile_id text)
+                     RETURNS SETOF office.runs
+                     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+                     SET search_path = pg_catalog, pg_temp
+                     SET enable_seqscan = off
+                     SET enable_bitmapscan = off
+                     AS %L$create$,
+                (SELECT p.prosrc FROM pg_catalog.pg_proc p
+                  WHERE p.oid = 'office.claim_run(text, text)'::pg_catalog.regprocedure));
+            COMMENT ON FUNCTION office._claim_run_plpgsql(text, text) IS
+                'Internal: the PL/pgSQL definition of office.claim_run, to which its C definition hands a worker_id it refuses and every call while a policy that can hold a run exists (sql/95_native.sql).';
+            REVOKE EXECUTE ON FUNCTION office._claim_run_plpgsql(text, text) FROM PUBLIC;
+            GRANT EXECUTE ON FUNCTION office._claim_run_plpgsql(text, text) TO office_admin;
+            CREATE OR REPLACE FUNCTION office.claim_run(worker_id text DEFAULT NULL, agent_profile_id text DEFAULT NULL)
+                RETURNS SETOF office.runs
+                LANGUAGE c VOLATILE SECURITY DEFINER
+                AS '$libdir/office', 'office_claim_run';
             CREATE OR REPLACE FUNCTION office.finish_run(run_id text, attempt int, worker_id text DEFAULT NULL)
                 RETURNS boolean
                 LANGUAGE c VOLATILE SECURITY DEFINER

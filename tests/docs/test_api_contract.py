@@ -73,12 +73,10 @@ def _results() -> dict[str, list[tuple[str, str]]]:
 SIGNATURES = _signatures()
 RESULTS = _results()
 
-# docs/api.md §9 (wake governance) is contract for 0.5.0 and is not built yet; its
-# functions fail here as expected, and strictly: one that gets built passes,
-# which fails this test until it leaves the set.
-NOT_BUILT = {
-    "explain_agent",
-}
+# Functions of docs/api.md §9 (wake governance) not built yet: each fails here
+# as expected, and strictly, so one that gets built fails this test until it
+# leaves the set. Every one is built now.
+NOT_BUILT: set[str] = set()
 
 
 def test_only_section_9_is_marked_not_built() -> None:

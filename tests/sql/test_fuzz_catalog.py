@@ -203,6 +203,7 @@ RECIPES: dict[str, dict[str, str | None]] = {
         "amount": "1.5",
         "worker_id": None,
     },
+    "explain_agent": {"agent_profile_id": "a1", "max_rows": "50"},
     "set_wake_policy": {
         "scope": "agent",
         "scope_id": "a1",
