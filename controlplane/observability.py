@@ -76,6 +76,7 @@ MSG_WINDOWED = "run deduplicated (windowed)"
 MSG_DURABLE = "run deduplicated (durable index)"
 MSG_KEYLESS = "run enqueued with no dedup key"
 MSG_COALESCED = "run coalesced"
+MSG_GUARDED = "run guarded (loop guard)"
 MSG_QUEUED = "run queued"
 
 
@@ -287,6 +288,17 @@ class Reporter:
                         "run_id": result.run_id,
                     },
                 )
+        elif result.outcome is QueueOutcome.GUARDED:
+            # The server counted it (dedup_stats kind guarded) and wrote a
+            # wake decision; a cascade cut short is worth an operator's look.
+            runs_log.warning(
+                MSG_GUARDED,
+                extra={
+                    "agent": request.agent_profile_id,
+                    "reason": request.reason,
+                    "cause_run_id": request.cause_run_id,
+                },
+            )
         elif runs_log.isEnabledFor(logging.INFO):
             runs_log.info(
                 MSG_QUEUED,

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
+from decimal import Decimal
 from enum import Enum
 from typing import Any, TypeVar
 
@@ -201,7 +202,8 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON i
 
 
 def jsonable(value: Any) -> Any:
-    """Plain JSON values: models as dicts, enums as their values, times as ISO text."""
+    """Plain JSON values: models as dicts, enums as their values, times as ISO
+    text, durations as seconds, decimals as numbers."""
     if isinstance(value, BaseModel):
         return jsonable(value.model_dump())
     if isinstance(value, Mapping):
@@ -214,6 +216,8 @@ def jsonable(value: Any) -> Any:
         return value.isoformat()
     if isinstance(value, timedelta):
         return value.total_seconds()
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
     return value
 
 

@@ -17,7 +17,7 @@ import logging
 import click
 
 from controlplane import __version__
-from controlplane.cli import cluster, doctor, observe, queue, run, runs, ui, worker
+from controlplane.cli import cluster, doctor, observe, policy, queue, run, runs, ui, worker
 from controlplane.cli.base import Context, dsn_option, one_line_errors
 from controlplane.cli.db import db, migrate
 
@@ -40,6 +40,7 @@ main.add_command(db)
 for _command in (
     *queue.COMMANDS,
     *runs.COMMANDS,
+    *policy.COMMANDS,
     *observe.COMMANDS,
     *doctor.COMMANDS,
     *cluster.COMMANDS,

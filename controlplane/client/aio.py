@@ -200,6 +200,11 @@ class AsyncOffice(FacadeBase):
     clear_wake_policy = async_method(Operations.clear_wake_policy)
     record_run_cost = async_method(Operations.record_run_cost)
     prune_wake_decisions = async_method(Operations.prune_wake_decisions)
+    wake_policies = async_method(Operations.wake_policies)
+    explain_agent = async_method(Operations.explain_agent)
+    governance_stats = async_method(Operations.governance_stats)
+    budget_usage = async_method(Operations.budget_usage)
+    governance_snapshot = async_method(Operations.governance_snapshot)
 
     # agents, the schema, raw statements ------------------------------------
     upsert_agent = async_method(Operations.upsert_agent)

@@ -35,7 +35,7 @@ import json
 import logging
 from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -129,6 +129,13 @@ def enqueue_params(request: EnqueueRequest, with_entry_triggered: bool) -> dict[
     }
     if with_entry_triggered:
         params["entry_triggered"] = request.entry_triggered
+    if request.governed:
+        params.update(
+            origin=request.origin,
+            cause_run_id=request.cause_run_id,
+            priority=request.priority,
+            not_before=request.not_before,
+        )
     return params
 
 
@@ -179,6 +186,10 @@ def make_request(
     entry_triggered: bool,
     keyless_cause: KeylessCause | str | None,
     keyless_detail: str | None,
+    origin: str | None = None,
+    cause_run_id: str | None = None,
+    priority: int | None = None,
+    not_before: datetime | None = None,
 ) -> EnqueueRequest:
     try:
         return EnqueueRequest(
@@ -190,6 +201,10 @@ def make_request(
             entry_triggered=entry_triggered,
             keyless_cause=keyless_cause,
             keyless_detail=keyless_detail,
+            origin=origin,
+            cause_run_id=cause_run_id,
+            priority=priority,
+            not_before=not_before,
         )
     except ValidationError as exc:
         raise _invalid(exc) from exc
@@ -207,6 +222,9 @@ class OperationsCore:
     MISSING_COLUMN_CONSEQUENCES: ClassVar[Mapping[str, str]] = {
         "entry_triggered": (
             "runs enqueued with entry_triggered may be coalesced (the exclusion is inactive)"
+        ),
+        "origin": (
+            "enqueue_run takes no origin, cause_run_id, priority or not_before (schema 0.5.0)"
         ),
         "heartbeat_at": (
             "heartbeat_run cannot renew a claim, so recover_stale_runs recovers a run by its"

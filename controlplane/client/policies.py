@@ -10,7 +10,15 @@ from decimal import Decimal
 
 from controlplane.client.core import Call, Flow, OperationsCore, as_interval
 from controlplane.client.queries import policies as q
-from controlplane.models import BudgetPeriod, PolicyScope, WakePolicy
+from controlplane.models import (
+    BudgetPeriod,
+    BudgetUsage,
+    GovernanceHold,
+    GovernanceSnapshot,
+    PolicyScope,
+    RunExplanation,
+    WakePolicy,
+)
 
 __all__ = ["PolicyOperations"]
 
@@ -89,4 +97,46 @@ class PolicyOperations(OperationsCore):
             return 0
         return (
             yield from self.count(q.PRUNE_WAKE_DECISIONS, {"older_than": as_interval(older_than)})
+        )
+
+    def wake_policies(
+        self, scope: PolicyScope | str | None = None, scope_id: str | None = None
+    ) -> Flow[list[WakePolicy]]:
+        """The rows of ``office.wake_policies`` (since 0.5.0), of one scope
+        and id when given, by scope and id."""
+        params = {"scope": None if scope is None else str(scope), "scope_id": scope_id}
+        return (yield from self.models(WakePolicy, q.WAKE_POLICIES, params))
+
+    def explain_agent(
+        self, agent_profile_id: str, max_rows: int = 50
+    ) -> Flow[list[RunExplanation]]:
+        """``office.explain_agent`` (since 0.5.0): the agent's claimed run,
+        then its queued runs in claim order, each with what holds it."""
+        params = {"agent_profile_id": agent_profile_id, "max_rows": max_rows}
+        return (yield from self.models(RunExplanation, q.EXPLAIN_AGENT, params))
+
+    def governance_stats(self) -> Flow[list[GovernanceHold]]:
+        """``office.governance_stats`` (since 0.5.0): queued runs held now,
+        by agent and hold."""
+        return (yield from self.models(GovernanceHold, q.GOVERNANCE_STATS))
+
+    def budget_usage(self) -> Flow[list[BudgetUsage]]:
+        """Every budget (since 0.5.0) with the spend recorded in its current
+        period."""
+        return (yield from self.models(BudgetUsage, q.BUDGET_USAGE))
+
+    def governance_snapshot(self) -> Flow[GovernanceSnapshot | None]:
+        """Runs held now by hold, wake decisions by kind and spend against
+        every budget, for the daemon's gauges; None on a schema before 0.5.0."""
+        present = yield Call(q.GOVERNANCE_PRESENT, {})
+        if not present.rows:
+            return None
+        held: dict[str, int] = {}
+        for hold in (yield from self.governance_stats()):
+            held[hold.held_by] = held.get(hold.held_by, 0) + hold.runs
+        decisions = yield Call(q.WAKE_DECISION_COUNTS, {})
+        return GovernanceSnapshot(
+            held=held,
+            decisions={str(r["decision"]): int(r["decisions"]) for r in decisions.rows},
+            budgets=(yield from self.budget_usage()),
         )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from controlplane.client.core import (
@@ -51,9 +51,15 @@ class RunOperations(OperationsCore):
         entry_triggered: bool = False,
         keyless_cause: KeylessCause | str | None = None,
         keyless_detail: str | None = None,
+        origin: str | None = None,
+        cause_run_id: str | None = None,
+        priority: int | None = None,
+        not_before: datetime | None = None,
     ) -> Flow[EnqueueResult]:
-        """``office.enqueue_run``: queued, deduped (windowed/durable) or
-        coalesced - never an error for a duplicate."""
+        """``office.enqueue_run``: queued, deduped (windowed/durable),
+        coalesced or guarded (the loop guard, since 0.5.0) - never an error
+        for a duplicate. ``origin``, ``cause_run_id``, ``priority`` and
+        ``not_before`` (docs/api.md §9) need schema 0.5.0."""
         request = make_request(
             agent_profile_id,
             reason,
@@ -63,9 +69,19 @@ class RunOperations(OperationsCore):
             entry_triggered,
             keyless_cause,
             keyless_detail,
+            origin,
+            cause_run_id,
+            priority,
+            not_before,
         )
         with_entry = yield from self.probe("entry_triggered")
         query = q.ENQUEUE_RUN if with_entry else q.ENQUEUE_RUN_WITHOUT_ENTRY_TRIGGERED
+        if request.governed:
+            if not (yield from self.probe("origin")):
+                raise ValueError(
+                    "enqueue_run(origin, cause_run_id, priority, not_before) needs schema 0.5.0"
+                )
+            query = q.ENQUEUE_RUN_GOVERNED
         try:
             reply = yield Call(query, enqueue_params(request, with_entry))
             result = enqueue_result(reply.rows[0])

@@ -167,6 +167,11 @@ class Office(FacadeBase):
     clear_wake_policy = sync_method(Operations.clear_wake_policy)
     record_run_cost = sync_method(Operations.record_run_cost)
     prune_wake_decisions = sync_method(Operations.prune_wake_decisions)
+    wake_policies = sync_method(Operations.wake_policies)
+    explain_agent = sync_method(Operations.explain_agent)
+    governance_stats = sync_method(Operations.governance_stats)
+    budget_usage = sync_method(Operations.budget_usage)
+    governance_snapshot = sync_method(Operations.governance_snapshot)
 
     # agents, the schema, raw statements ------------------------------------
     upsert_agent = sync_method(Operations.upsert_agent)

@@ -39,6 +39,15 @@ Gauges read from the database every ``stats_interval``:
   counters (``office.dedup_stats``): every suppression, whichever client made
   it. Durable dedup is normal (a late redelivery lands there); it is not an
   anomaly to alert on.
+* ``office_runs_held{held_by}`` - queued runs a hold keeps from being claimed
+  now (``office.governance_stats``: paused, budget, not_before, cooldown,
+  run_cap), summed over agents;
+* ``office_wake_decisions{decision}`` - rows of ``office.wake_decisions`` by
+  decision (guarded, pulled_forward, budget_warning, budget_exhausted), until
+  pruned: alert on guarded rising (a loop cut short) and on budget_exhausted;
+* ``office_budget_spend_ratio{scope,scope_id}`` - spend in the current period
+  over the budget, per scope with a budget (1 = reached: its runs are held; a
+  budget of 0 reads 1).
 
 On a proxy DSN (the loops run on every shard, :mod:`controlplane.scaleout.shards`)
 each shard's loops and clients count in a registry of their own, and
@@ -156,6 +165,24 @@ class DaemonMetrics:
             "office_dedup_stats",
             "The database's dedup counters (office.dedup_stats), every client included.",
             ["queue", "reason", "kind"],
+            registry=r,
+        )
+        self.runs_held = Gauge(
+            "office_runs_held",
+            "Queued runs held from being claimed now, by hold (office.governance_stats).",
+            ["held_by"],
+            registry=r,
+        )
+        self.wake_decisions = Gauge(
+            "office_wake_decisions",
+            "Rows of office.wake_decisions by decision, until pruned.",
+            ["decision"],
+            registry=r,
+        )
+        self.budget_spend_ratio = Gauge(
+            "office_budget_spend_ratio",
+            "Spend in the current period over the budget, per scope with a budget.",
+            ["scope", "scope_id"],
             registry=r,
         )
 

@@ -9,7 +9,11 @@ from typing import Any
 from controlplane.daemon.loop import Loop
 from controlplane.models import DaemonStats
 
-__all__ = ["StatsLoop"]
+__all__ = ["HOLDS", "StatsLoop"]
+
+#: What holds a queued run, in explain_agent's words (docs/api.md §9), the
+#: claim in progress aside (office.governance_stats does not count it).
+HOLDS = ("paused", "budget", "not_before", "cooldown", "run_cap")
 
 
 class StatsLoop(Loop):
@@ -35,5 +39,18 @@ class StatsLoop(Loop):
             m.runs.labels(status=by_status.status).set(by_status.runs)
         for d in dedup:
             m.dedup_stats.labels(queue=d.queue, reason=d.reason, kind=d.kind).set(d.total)
+        governance = self.office.governance_snapshot()
+        if governance is not None:
+            # A hold that ended reads 0, not its last value.
+            for held_by in HOLDS:
+                m.runs_held.labels(held_by=held_by).set(governance.held.get(held_by, 0))
+            # Pruned decisions and cleared budgets leave their series.
+            m.wake_decisions.clear()
+            m.budget_spend_ratio.clear()
+            for decision, rows in governance.decisions.items():
+                m.wake_decisions.labels(decision=decision).set(rows)
+            for usage in governance.budgets:
+                share = 1.0 if usage.share is None else usage.share
+                m.budget_spend_ratio.labels(scope=usage.scope, scope_id=usage.scope_id).set(share)
         self.last = stats
         return False

@@ -25,6 +25,8 @@ Checks:
 * poison - the rows the daemon's loops set aside because they cannot process
   them (``office.poison``), one warning each, with the error and how to
   release the row once repaired.
+* budgets - a warning for each workspace whose agents no budget caps, and
+  for each agent or workspace at 80 % of its budget or more (since 0.5.0).
 
 On a proxy DSN (:mod:`controlplane.scaleout.shards`) every check runs on each shard,
 its findings labelled with the shard, and the ``cluster`` check adds a
@@ -51,6 +53,7 @@ from controlplane.doctor.installation import (
     check_version,
 )
 from controlplane.doctor.runtime import (
+    check_budgets,
     check_poison,
     check_probes,
     check_settings,
@@ -71,6 +74,7 @@ CHECKS = (
     check_probes,
     check_workspaces,
     check_poison,
+    check_budgets,
 )
 
 

@@ -1,6 +1,6 @@
 """The doctor's checks of what the installation runs with: the settings,
-the probes clients rely on, rows across workspaces, rows set aside (see
-:mod:`controlplane.doctor`)."""
+the probes clients rely on, rows across workspaces, rows set aside, budgets
+(see :mod:`controlplane.doctor`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from typing import Any
 import psycopg
 
 from controlplane.client.queries import doctor as q
+from controlplane.client.queries import policies as pq
 from controlplane.doctor.findings import Finding, Status, one, rows
+from controlplane.models import BudgetUsage
 
 WINDOW_SETTINGS = {
     "office.idempotency_window": "24 hours",
@@ -240,3 +242,69 @@ def _sqlstate_suffix(reason: str, sqlstate: str | None) -> str:
 
 def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
+
+
+# --- budgets ---------------------------------------------------------------------------
+
+#: The share of a budget from which the doctor warns (the budget_warning
+#: decision's threshold, docs/api.md §9).
+BUDGET_WARNING_SHARE = 0.8
+#: Workspaces without a budget listed one by one; the rest are counted.
+UNBUDGETED_LISTED = 10
+
+
+def check_budgets(conn: psycopg.Connection[Any]) -> Iterator[Finding]:
+    """Warns about each workspace whose agents no budget caps, and each scope
+    at 80 % of its budget or more (docs/operations.md, "Governing wakes")."""
+    if one(conn, q.DOCTOR_WAKE_SPEND_TABLE) is None:
+        return  # before 0.5.0 (the version check says so)
+    unbudgeted = rows(conn, pq.UNBUDGETED_WORKSPACES)
+    for row in unbudgeted[:UNBUDGETED_LISTED]:
+        yield Finding(
+            check="budgets",
+            status=Status.WARNING,
+            detail=(
+                f"workspace {row['workspace']!r} has no budget, nor do {row['agents']} of its"
+                " agents: nothing stops their spend"
+            ),
+            fix=(
+                f"officectl policy set workspace {row['workspace']} --budget AMOUNT"
+                " (docs/operations.md, Governing wakes)"
+            ),
+        )
+    if len(unbudgeted) > UNBUDGETED_LISTED:
+        yield Finding(
+            check="budgets",
+            status=Status.WARNING,
+            detail=f"{len(unbudgeted) - UNBUDGETED_LISTED} more workspaces have no budget",
+            fix="officectl policy show; set a budget per workspace",
+        )
+    near = 0
+    for usage in (BudgetUsage.model_validate(r) for r in rows(conn, pq.BUDGET_USAGE)):
+        share = usage.share
+        if share is not None and share < BUDGET_WARNING_SHARE:
+            continue
+        near += 1
+        if share is None:
+            detail = f"{usage.scope} {usage.scope_id!r} has a budget of 0: no run of it is claimed"
+        else:
+            detail = (
+                f"{usage.scope} {usage.scope_id!r} has spent {usage.spent} of its budget of"
+                f" {usage.budget} this {usage.budget_period} ({share:.0%}); at 100 % no run of"
+                " it is claimed until the next period"
+            )
+        yield Finding(
+            check="budgets",
+            status=Status.WARNING,
+            detail=detail,
+            fix=(
+                f"officectl policy set {usage.scope} {usage.scope_id} --budget AMOUNT"
+                " to raise it, or let the period end"
+            ),
+        )
+    if not unbudgeted and not near:
+        yield Finding(
+            check="budgets",
+            status=Status.OK,
+            detail="every workspace has a budget, and none is at 80 % or more",
+        )

@@ -47,7 +47,15 @@ from controlplane.models.parent_wake import (
     SkippedReason,
     StuckParent,
 )
-from controlplane.models.policies import BudgetPeriod, PolicyScope, WakePolicy
+from controlplane.models.policies import (
+    BudgetPeriod,
+    BudgetUsage,
+    GovernanceHold,
+    GovernanceSnapshot,
+    PolicyScope,
+    RunExplanation,
+    WakePolicy,
+)
 from controlplane.models.routines import (
     CatchUpPolicy,
     ConcurrencyPolicy,
@@ -100,6 +108,7 @@ __all__ = [
     "AgentStatus",
     "AssignResult",
     "BudgetPeriod",
+    "BudgetUsage",
     "BulkEnqueueItem",
     "CatchUpPolicy",
     "ClaimedEventRow",
@@ -116,6 +125,8 @@ __all__ = [
     "Event",
     "EventTopic",
     "ExecuteResult",
+    "GovernanceHold",
+    "GovernanceSnapshot",
     "KeylessCause",
     "ParentReceipt",
     "PoisonReport",
@@ -135,6 +146,7 @@ __all__ = [
     "RoutineTickResult",
     "RoutineTrigger",
     "Run",
+    "RunExplanation",
     "RunKey",
     "RunKeyHow",
     "RunStatus",

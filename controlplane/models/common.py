@@ -25,6 +25,7 @@ class QueueOutcome(StrEnum):
     QUEUED = "queued"
     DEDUPED = "deduped"
     COALESCED = "coalesced"
+    GUARDED = "guarded"  # the loop guard refused it (docs/api.md §9): no run, no key
 
 
 class DedupKind(StrEnum):

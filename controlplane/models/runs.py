@@ -1,6 +1,6 @@
 """Typed results of the run queue (docs/api.md §2-§3) for both Python clients.
 
-A duplicate or a coalesce is an *outcome*, never an error: every enqueue
+A duplicate, a coalesce or a guarded request is an *outcome*, never an error: every enqueue
 returns an :class:`EnqueueResult` and only ``queued`` means that a run was
 created (docs/domain.md §2.1).
 """
@@ -52,12 +52,28 @@ class EnqueueRequest(BaseModel):
     entry_triggered: bool = False
     keyless_cause: KeylessCause | str | None = None
     keyless_detail: str | None = None
+    # since 0.5.0 (docs/api.md §9); None leaves each to the server's default
+    origin: str | None = None
+    cause_run_id: str | None = None
+    priority: int | None = None
+    not_before: datetime | None = None
 
     @field_validator("payload", mode="before")
     @classmethod
     def _default_payload(cls, value: Any) -> Any:
         """None means "no payload": the default ``{}``."""
         return {} if value is None else value
+
+    @property
+    def governed(self) -> bool:
+        """Whether it names an origin, a cause, a priority or a not_before
+        (arguments a schema before 0.5.0 does not take)."""
+        return (
+            self.origin is not None
+            or self.cause_run_id is not None
+            or self.priority is not None
+            or self.not_before is not None
+        )
 
     @property
     def keyless(self) -> bool:

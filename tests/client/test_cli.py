@@ -493,6 +493,7 @@ def test_doctor_passes_on_a_fresh_database(dsn: str) -> None:
         "probes",
         "workspaces",
         "poison",
+        "budgets",
     }
     version = next(f for f in report["findings"] if f["check"] == "version")
     assert schema.current_version() in version["detail"]

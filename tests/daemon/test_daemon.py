@@ -22,6 +22,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from prometheus_client import CollectorRegistry
 
 from controlplane import schema
 from controlplane.client import Office
@@ -29,6 +30,7 @@ from controlplane.daemon import DaemonConfig
 from controlplane.daemon.cron import CronLoop
 from controlplane.daemon.loop import DatabaseHealth
 from controlplane.daemon.metrics import daemon_metrics_for
+from controlplane.daemon.stats import StatsLoop
 from tests import harness
 from tests.harness import scalar, wait_for
 from tests.scenarios.daemon import (
@@ -555,3 +557,35 @@ def test_daemon_config_refuses_bad_values() -> None:
         DaemonConfig(dsn="x", disabled=frozenset({"nope"}))
     with pytest.raises(ValueError, match="event_batch must be at least 1"):
         DaemonConfig(dsn="x", event_batch=0)
+
+
+def test_stats_reads_the_governance_gauges(db: psycopg.Connection[Any], dsn: str) -> None:
+    """Runs held by hold, wake decisions by kind and spend against a budget,
+    read from the database as the stats loop reads its other gauges."""
+    registry = CollectorRegistry()
+    metrics = daemon_metrics_for(registry)
+    db.execute("SELECT office.upsert_agent('agent-h', 'ws')")
+    db.execute("SELECT office.set_wake_policy('agent', 'agent-h', budget => 4)")
+    db.execute("SELECT office.enqueue_run('agent-h', 'first')")
+    claimed = db.execute("SELECT id, attempt FROM office.claim_run('w')").fetchone()
+    assert claimed is not None
+    db.execute("SELECT office.record_run_cost(%s, %s, 5)", claimed)
+    db.execute("SELECT office.enqueue_run('agent-h', 'second')")
+    with Office(dsn, registry=registry) as office:
+        loop = StatsLoop(
+            office,
+            interval=1.0,
+            metrics=metrics,
+            health=DatabaseHealth(metrics),
+            stop=threading.Event(),
+        )
+        assert loop.iterate() is False
+
+    def value(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    assert value("office_runs_held", held_by="budget") == 1
+    assert value("office_runs_held", held_by="cooldown") == 0
+    assert value("office_wake_decisions", decision="budget_exhausted") == 1
+    assert value("office_wake_decisions", decision="budget_warning") == 1
+    assert value("office_budget_spend_ratio", scope="agent", scope_id="agent-h") == 1.25

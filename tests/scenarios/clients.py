@@ -14,7 +14,7 @@ import inspect
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -38,10 +38,12 @@ from controlplane.models import (
     DedupKind,
     DedupQueue,
     EnqueueRequest,
+    GovernanceHold,
     KeylessCause,
     PolicyScope,
     QueueOutcome,
     Run,
+    RunExplanation,
     RunKey,
     RunKeyHow,
     RunStatus,
@@ -659,11 +661,11 @@ def enqueue_runs_fails_whole_on_a_bad_element(env: Env) -> None:
         )
     assert info.value.message == "enqueue_runs element 2: reason must not be empty (agent 'a1')"
     # Refused before the call: a field the API does not have, a wrong type.
-    with pytest.raises(InvalidArgument, match=r"^enqueue_runs element 2: priority: Extra inputs"):
+    with pytest.raises(InvalidArgument, match=r"^enqueue_runs element 2: colour: Extra inputs"):
         env.office.enqueue_runs(
             [
                 {"agent_profile_id": "a1", "reason": "r"},
-                {"agent_profile_id": "a1", "reason": "r", "priority": 1},
+                {"agent_profile_id": "a1", "reason": "r", "colour": 1},
             ]
         )
     with pytest.raises(InvalidArgument, match="agent_profile_id: Input should be a valid string"):
@@ -883,6 +885,65 @@ def run_cost_recorded(env: Env) -> None:
         env.scalar("SELECT count(*) FROM office.wake_decisions WHERE decision = 'budget_exhausted'")
         == 1
     )
+    env.assert_no_error_logs()
+
+
+@scenario
+def governed_enqueue_and_the_loop_guard(env: Env) -> None:
+    agent(env)
+    soon = datetime.now(UTC) + timedelta(hours=1)
+    first = env.office.enqueue_run("a1", "work", origin="human", priority=7, not_before=soon)
+    assert first.outcome is QueueOutcome.QUEUED and first.run_id is not None
+    assert env.scalar("SELECT origin FROM office.runs WHERE id = %s", first.run_id) == "human"
+    assert env.scalar("SELECT priority FROM office.runs WHERE id = %s", first.run_id) == 7
+    delay = env.scalar("SELECT scheduled_retry_at FROM office.runs WHERE id = %s", first.run_id)
+    assert delay == soon
+    # A chain of agent-caused wakes, each caused by the last, up to the
+    # default office.max_chain_depth (20): the next one is guarded.
+    cause = first.run_id
+    for depth in range(1, 21):
+        step = env.office.enqueue_run("a1", f"step{depth}", cause_run_id=cause)
+        assert step.outcome is QueueOutcome.QUEUED and step.run_id is not None
+        cause = step.run_id
+    assert env.scalar("SELECT chain_depth FROM office.runs WHERE id = %s", cause) == 20
+    guarded = env.office.enqueue_run("a1", "again", idempotency_key="k-guard", cause_run_id=cause)
+    assert (guarded.outcome, guarded.run_id, guarded.dedup_kind) == (
+        QueueOutcome.GUARDED,
+        None,
+        None,
+    )
+    assert env.scalar("SELECT count(*) FROM office.runs WHERE idempotency_key = 'k-guard'") == 0
+    assert env.scalar("SELECT count(*) FROM office.wake_decisions WHERE decision = 'guarded'") == 1
+    with pytest.raises(InvalidArgument):
+        env.office.enqueue_run("a1", "work", priority=101)
+    env.assert_no_error_logs()
+
+
+@scenario
+def explain_agent_and_governance_stats(env: Env) -> None:
+    agent(env)
+    assert env.office.explain_agent("a1") == []
+    env.office.set_wake_policy("agent", "a1", budget=Decimal("0"))
+    queued_run = env.office.enqueue_run("a1", "work")
+    [row] = env.office.explain_agent("a1", max_rows=5)
+    assert isinstance(row, RunExplanation)
+    assert (row.run_id, row.status, row.claimable, row.held_by) == (
+        queued_run.run_id,
+        "queued",
+        False,
+        "budget",
+    )
+    assert row.until is not None and row.detail is not None
+    assert env.office.claim_run("wk") is None
+    assert env.office.governance_stats() == [
+        GovernanceHold(agent_profile_id="a1", held_by="budget", runs=1)
+    ]
+    assert [p.scope_id for p in env.office.wake_policies()] == ["a1"]
+    assert env.office.wake_policies("workspace") == []
+    with pytest.raises(AgentNotFound):
+        env.office.explain_agent("nobody")
+    with pytest.raises(InvalidArgument):
+        env.office.explain_agent("a1", max_rows=0)
     env.assert_no_error_logs()
 
 

@@ -110,6 +110,7 @@ DOCTOR_ACROSS_WORKSPACES = {
     ),
 }
 DOCTOR_POISON_TABLE = Query("SELECT to_regclass('office.poison') AS value")
+DOCTOR_WAKE_SPEND_TABLE = Query("SELECT to_regclass('office.wake_spend') AS value")
 DOCTOR_POISON_READABLE = Query("SELECT has_table_privilege('office.poison', 'SELECT') AS value")
 DOCTOR_POISON = Query(
     "SELECT loop, row_id, reason, sqlstate, set_aside_at, count(*) OVER () AS total"

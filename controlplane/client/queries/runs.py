@@ -14,6 +14,19 @@ ENQUEUE_RUN = Query(
     " keyless_cause => %(keyless_cause)s, keyless_detail => %(keyless_detail)s)"
 )
 
+# The call with the arguments of 0.5.0 (docs/api.md §9), made only when one
+# of them is given, so that other calls still work on an older schema.
+ENQUEUE_RUN_GOVERNED = Query(
+    "SELECT outcome, dedup_kind, run_id FROM office.enqueue_run("
+    "agent_profile_id => %(agent_profile_id)s, reason => %(reason)s,"
+    " payload => %(payload)s::pg_catalog.jsonb, idempotency_key => %(idempotency_key)s,"
+    " task_id => %(task_id)s, entry_triggered => %(entry_triggered)s,"
+    " keyless_cause => %(keyless_cause)s, keyless_detail => %(keyless_detail)s,"
+    " origin => %(origin)s, cause_run_id => %(cause_run_id)s,"
+    " priority => %(priority)s::pg_catalog.int4,"
+    " not_before => %(not_before)s::pg_catalog.timestamptz)"
+)
+
 # The same call for a schema without runs.entry_triggered (0.1.0).
 ENQUEUE_RUN_WITHOUT_ENTRY_TRIGGERED = Query(
     "SELECT outcome, dedup_kind, run_id FROM office.enqueue_run("
