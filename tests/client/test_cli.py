@@ -6,14 +6,11 @@ bad input answered by one line with the SQLSTATE and no traceback, and
 from __future__ import annotations
 
 import json
-import os
 import queue
 import signal
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -22,34 +19,7 @@ import pytest
 from controlplane import schema
 from controlplane.cli.base import libpq_dsn
 from tests import harness
-
-OFFICECTL = str(Path(sys.executable).with_name("officectl"))
-
-
-def _env() -> dict[str, str]:
-    # Each officectl is a process start and a connection: on a loaded machine
-    # two calls can be more than the 5 s coalesce window apart, and a test
-    # that expects the second to coalesce would see it queued. The window is
-    # not what these tests are about, so it is an hour for their sessions.
-    env = {k: v for k, v in os.environ.items() if k != "OFFICE_DSN"}
-    env["PGOPTIONS"] = (env.get("PGOPTIONS", "") + " -c office.coalesce_window=1h").strip()
-    return env
-
-
-def officectl(dsn: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [OFFICECTL, "--dsn", dsn, *args],
-        capture_output=True,
-        text=True,
-        env=_env(),
-        timeout=120,
-    )
-
-
-def ok_json(dsn: str, *args: str) -> Any:
-    result = officectl(dsn, *args, "--json")
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
+from tests.scenarios.cli import OFFICECTL, cli_env, officectl, ok_json
 
 
 def one_line_error(result: subprocess.CompletedProcess[str], sqlstate: str) -> str:
@@ -130,7 +100,7 @@ def test_enqueue_bad_input_is_one_line_with_the_sqlstate(
         [OFFICECTL, "--dsn", dsn, "--debug", "enqueue", "nobody", "ping"],
         capture_output=True,
         text=True,
-        env=_env(),
+        env=cli_env(),
         timeout=120,
     )
     assert debug.returncode != 0 and "Traceback" in debug.stderr and "AgentNotFound" in debug.stderr
@@ -141,7 +111,7 @@ def test_the_dsn_comes_from_office_dsn_too(dsn: str, office: psycopg.Connection[
         [OFFICECTL, "enqueue", "a1", "ping", "--json"],
         capture_output=True,
         text=True,
-        env={**_env(), "OFFICE_DSN": dsn},
+        env={**cli_env(), "OFFICE_DSN": dsn},
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
@@ -384,7 +354,7 @@ class Follower:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env=_env(),
+            env=cli_env(),
         )
         self.lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()

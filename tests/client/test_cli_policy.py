@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.client.test_cli_runs import officectl, ok_json
+from tests.scenarios.cli import officectl, ok_json
 
 Conn = psycopg.Connection[Any]
 

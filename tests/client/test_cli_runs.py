@@ -7,39 +7,16 @@ standard input."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
 import controlplane
+from tests.scenarios.cli import OFFICECTL, cli_env, officectl, ok_json
 
 Conn = psycopg.Connection[Any]
-OFFICECTL = str(Path(sys.executable).with_name("officectl"))
-
-
-def _env() -> dict[str, str]:
-    # The coalesce window is an hour, as in test_cli.py: two officectl calls
-    # on a loaded machine may be more than the default 5 s apart.
-    env = {k: v for k, v in os.environ.items() if k != "OFFICE_DSN"}
-    env["PGOPTIONS"] = (env.get("PGOPTIONS", "") + " -c office.coalesce_window=1h").strip()
-    return env
-
-
-def officectl(dsn: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [OFFICECTL, "--dsn", dsn, *args], capture_output=True, text=True, env=_env(), timeout=120
-    )
-
-
-def ok_json(dsn: str, *args: str) -> Any:
-    result = officectl(dsn, *args, "--json")
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
 
 
 @pytest.fixture
@@ -142,7 +119,7 @@ def test_requeue_and_cancel_by_id_and_from_stdin(dsn: str, office: Conn) -> None
         input="".join(f"{r['id']}\n" for r in listed),
         capture_output=True,
         text=True,
-        env=_env(),
+        env=cli_env(),
         timeout=120,
     )
     assert piped.returncode == 0, piped.stderr
