@@ -32,6 +32,14 @@ CREATE INDEX idx_wake_policies_holds ON office.wake_policies (scope, scope_id)
 CREATE INDEX idx_run_agent_ended ON office.runs (agent_profile_id, finished_at)
     WHERE claimed_at IS NOT NULL AND finished_at IS NOT NULL;
 
+-- The queued runs of priority other than 0, by agent in claim order: what
+-- explain_agent reads before (above 0) and after (below 0) the everyday runs
+-- of priority 0, which idx_run_agent_queued has in age order. Partial, so a
+-- run of priority 0, the hot path's, writes no entry.
+CREATE INDEX idx_run_agent_queued_priority
+    ON office.runs (agent_profile_id, priority DESC, requested_at, id COLLATE "C")
+    WHERE status = 'queued' AND priority <> 0;
+
 -- The claims of each agent under a cooldown or run cap, one row per agent,
 -- kept apart from office.runs so that prune_runs cannot lift a cap and a
 -- re-claim counts again: claimed_at lists the claims within the cap's
@@ -312,6 +320,7 @@ DECLARE
     v_hold    record;
     v_busy    boolean;
     v_refuses boolean;
+    v_left    int;
 BEGIN
     IF explain_agent.max_rows IS NULL OR explain_agent.max_rows < 1 OR explain_agent.max_rows > 10000 THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
@@ -331,15 +340,33 @@ BEGIN
       FROM office.runs c
      WHERE c.agent_profile_id = v_agent.id AND c.status = 'claimed';
     v_busy := FOUND;
+    v_left := explain_agent.max_rows - (CASE WHEN v_busy THEN 1 ELSE 0 END);
+    -- Priority DESC, then age: the runs of priority above 0 and below 0 from
+    -- idx_run_agent_queued_priority (which holds only those), the everyday
+    -- ones of priority 0 from idx_run_agent_queued in age order, each part
+    -- read in order and cut at max_rows, so a long backlog is never sorted.
     RETURN QUERY
     SELECT q.id, q.status, h.held_by IS NULL, h.held_by, h.until, h.detail
-      FROM (SELECT q.* FROM office.runs q
-             WHERE q.agent_profile_id = v_agent.id AND q.status = 'queued'
-             ORDER BY q.priority DESC, q.requested_at, q.id COLLATE "C"
-             LIMIT explain_agent.max_rows - (CASE WHEN v_busy THEN 1 ELSE 0 END)) AS q
+      FROM (SELECT u.* FROM ((SELECT 1 AS part, q.* FROM office.runs q
+              WHERE q.agent_profile_id = v_agent.id AND q.status = 'queued' AND q.priority > 0
+              ORDER BY q.priority DESC, q.requested_at, q.id COLLATE "C"
+              LIMIT v_left)
+            UNION ALL
+            (SELECT 2, q.* FROM office.runs q
+              WHERE q.agent_profile_id = v_agent.id AND q.status = 'queued' AND q.priority = 0
+              ORDER BY q.requested_at, q.id COLLATE "C"
+              LIMIT v_left)
+            UNION ALL
+            (SELECT 3, q.* FROM office.runs q
+              WHERE q.agent_profile_id = v_agent.id AND q.status = 'queued' AND q.priority < 0
+              ORDER BY q.priority DESC, q.requested_at, q.id COLLATE "C"
+              LIMIT v_left)
+            ) AS u
+             ORDER BY u.part, u.priority DESC, u.requested_at, u.id COLLATE "C"
+             LIMIT v_left) AS q
      CROSS JOIN LATERAL office._run_hold(v_refuses, v_busy, q.origin, q.scheduled_retry_at,
                                          v_hold.held_by, v_hold.until, v_hold.detail) h
-     ORDER BY q.priority DESC, q.requested_at, q.id COLLATE "C";
+     ORDER BY q.part, q.priority DESC, q.requested_at, q.id COLLATE "C";
 END
 $$;
 COMMENT ON FUNCTION office.explain_agent(text, int) IS

@@ -47,6 +47,8 @@
 #define OFFICE_INDEX_RUN_AGENT_ENDED_ON "runs"
 #define OFFICE_INDEX_RUN_AGENT_QUEUED "idx_run_agent_queued"
 #define OFFICE_INDEX_RUN_AGENT_QUEUED_ON "runs"
+#define OFFICE_INDEX_RUN_AGENT_QUEUED_PRIORITY "idx_run_agent_queued_priority"
+#define OFFICE_INDEX_RUN_AGENT_QUEUED_PRIORITY_ON "runs"
 #define OFFICE_INDEX_RUN_BUCKET_QUEUED "idx_run_bucket_queued"
 #define OFFICE_INDEX_RUN_BUCKET_QUEUED_ON "runs"
 #define OFFICE_INDEX_RUN_FINISHED "idx_run_finished"

@@ -1911,7 +1911,7 @@ AS $fn$
     SELECT * FROM office._on_reconcile_parent(office._route('task', $1), $1, $2, $3)
 $fn$;
 COMMENT ON FUNCTION office.reconcile_parent(parent_task_id text, child_set_key text, newest_child_updated_at text) IS
-    'Wakes one stuck parent: under the edge path''s lock on the parent, re-checks its assignee (skipped, assignee_unresolved) and re-reads its child set and generation (skipped, child_set_changed, unless they equal the arguments and form a finished wave), then enqueues task_children_completed (task_id = the parent) keyed wake_operation_id(parent, child_set_key, generation) and upserts the receipt with the run it landed on (queued, deduped or coalesced), in one transaction. Unknown parent OFT01; NULL set or generation 22023.';
+    'Wakes one stuck parent: under the edge path''s lock on the parent, re-checks its assignee (skipped, assignee_unresolved) and re-reads its child set and generation (skipped, child_set_changed, unless they equal the arguments and form a finished wave), then enqueues task_children_completed (task_id = the parent) keyed wake_operation_id(parent, child_set_key, generation) and upserts the receipt with the run it landed on (queued, deduped or coalesced), in one transaction; a wake the loop guard refuses writes no receipt (guarded, skipped_reason guarded). Unknown parent OFT01; NULL set or generation 22023.';
 REVOKE EXECUTE ON FUNCTION office.reconcile_parent(parent_task_id text, child_set_key text, newest_child_updated_at text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.reconcile_parent(parent_task_id text, child_set_key text, newest_child_updated_at text) TO office_admin, office_producer;
 

@@ -2037,6 +2037,14 @@ CREATE INDEX idx_wake_policies_holds ON office.wake_policies (scope, scope_id)
 CREATE INDEX idx_run_agent_ended ON office.runs (agent_profile_id, finished_at)
     WHERE claimed_at IS NOT NULL AND finished_at IS NOT NULL;
 
+-- The queued runs of priority other than 0, by agent in claim order: what
+-- explain_agent reads before (above 0) and after (below 0) the everyday runs
+-- of priority 0, which idx_run_agent_queued has in age order. Partial, so a
+-- run of priority 0, the hot path's, writes no entry.
+CREATE INDEX idx_run_agent_queued_priority
+    ON office.runs (agent_profile_id, priority DESC, requested_at, id COLLATE "C")
+    WHERE status = 'queued' AND priority <> 0;
+
 -- The claims of each agent under a cooldown or run cap, one row per agent,
 -- kept apart from office.runs so that prune_runs cannot lift a cap and a
 -- re-claim counts again: claimed_at lists the claims within the cap's
@@ -2317,6 +2325,7 @@ DECLARE
     v_hold    record;
     v_busy    boolean;
     v_refuses boolean;
+    v_left    int;
 BEGIN
     IF explain_agent.max_rows IS NULL OR explain_agent.max_rows < 1 OR explain_agent.max_rows > 10000 THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
@@ -2336,15 +2345,33 @@ BEGIN
       FROM office.runs c
      WHERE c.agent_profile_id = v_agent.id AND c.status = 'claimed';
     v_busy := FOUND;
+    v_left := explain_agent.max_rows - (CASE WHEN v_busy THEN 1 ELSE 0 END);
+    -- Priority DESC, then age: the runs of priority above 0 and below 0 from
+    -- idx_run_agent_queued_priority (which holds only those), the everyday
+    -- ones of priority 0 from idx_run_agent_queued in age order, each part
+    -- read in order and cut at max_rows, so a long backlog is never sorted.
     RETURN QUERY
     SELECT q.id, q.status, h.held_by IS NULL, h.held_by, h.until, h.detail
-      FROM (SELECT q.* FROM office.runs q
-             WHERE q.agent_profile_id = v_agent.id AND q.status = 'queued'
-             ORDER BY q.priority DESC, q.requested_at, q.id COLLATE "C"
-             LIMIT explain_agent.max_rows - (CASE WHEN v_busy THEN 1 ELSE 0 END)) AS q
+      FROM (SELECT u.* FROM ((SELECT 1 AS part, q.* FROM office.runs q
+              WHERE q.agent_profile_id = v_agent.id AND q.status = 'queued' AND q.priority > 0
+              ORDER BY q.priority DESC, q.requested_at, q.id COLLATE "C"
+              LIMIT v_left)
+            UNION ALL
+            (SELECT 2, q.* FROM office.runs q
+              WHERE q.agent_profile_id = v_agent.id AND q.status = 'queued' AND q.priority = 0
+              ORDER BY q.requested_at, q.id COLLATE "C"
+              LIMIT v_left)
+            UNION ALL
+            (SELECT 3, q.* FROM office.runs q
+              WHERE q.agent_profile_id = v_agent.id AND q.status = 'queued' AND q.priority < 0
+              ORDER BY q.priority DESC, q.requested_at, q.id COLLATE "C"
+              LIMIT v_left)
+            ) AS u
+             ORDER BY u.part, u.priority DESC, u.requested_at, u.id COLLATE "C"
+             LIMIT v_left) AS q
      CROSS JOIN LATERAL office._run_hold(v_refuses, v_busy, q.origin, q.scheduled_retry_at,
                                          v_hold.held_by, v_hold.until, v_hold.detail) h
-     ORDER BY q.priority DESC, q.requested_at, q.id COLLATE "C";
+     ORDER BY q.part, q.priority DESC, q.requested_at, q.id COLLATE "C";
 END
 $$;
 COMMENT ON FUNCTION office.explain_agent(text, int) IS
@@ -2385,6 +2412,280 @@ REVOKE ALL ON TABLE office.governance_stats FROM PUBLIC;
 GRANT SELECT ON TABLE office.governance_stats TO office_reader, office_admin;
 COMMENT ON VIEW office.governance_stats IS
     'Queued runs held now, by agent and hold (paused, budget, not_before, cooldown, run_cap; a claim in progress not counted), in explain_agent''s words.';
+
+-- === lineage of internal producers (35_governance.sql, 40_tasks.sql, 45_events.sql, 60_parent_wake.sql) ===
+
+CREATE OR REPLACE FUNCTION office._actor_lineage(agent_profile_id text, OUT origin text, OUT cause_run_id text)
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_actor jsonb := office._event_actor();
+BEGIN
+    origin := 'system';
+    IF v_actor ->> 'type' = 'user' AND coalesce(v_actor ->> 'id', '') <> '' THEN
+        origin := 'human';
+    ELSIF v_actor ->> 'type' = 'agent' THEN
+        origin := 'agent';
+        SELECT r.id INTO cause_run_id
+          FROM office.runs r
+          JOIN office.agent_profiles actor ON actor.id = r.agent_profile_id
+          JOIN office.agent_profiles woken ON woken.id = _actor_lineage.agent_profile_id
+         WHERE r.agent_profile_id = v_actor ->> 'id' AND r.status = 'claimed'
+           AND actor.workspace_id = woken.workspace_id
+         LIMIT 1;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION office._actor_lineage(text) IS
+    'Internal: the origin (human, agent, system) and cause_run_id of an internal producer''s wake of this agent, from the setting office.actor: a user with an id is human; an agent is agent, caused by its claimed run in the woken agent''s workspace (else none); otherwise system.';
+REVOKE EXECUTE ON FUNCTION office._actor_lineage(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._actor_lineage(text) TO office_admin;
+
+CREATE OR REPLACE FUNCTION office._wake(agent_profile_id text, reason text, payload jsonb,
+                             idempotency_key text, task_id text)
+    RETURNS office.enqueue_result
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_status  text;
+    v_result  office.enqueue_result;
+    v_lineage record;
+BEGIN
+    SELECT a.status INTO v_status
+      FROM office.agent_profiles a
+     WHERE a.id = _wake.agent_profile_id
+       FOR SHARE;
+    IF NOT FOUND OR v_status = ANY (office._statuses_refusing_runs()) THEN
+        v_result := ('skipped', NULL, NULL);
+        RETURN v_result;
+    END IF;
+    SELECT * INTO v_lineage FROM office._actor_lineage(_wake.agent_profile_id);
+    RETURN office.enqueue_run(agent_profile_id => _wake.agent_profile_id,
+                              reason           => _wake.reason,
+                              payload          => _wake.payload,
+                              idempotency_key  => _wake.idempotency_key,
+                              task_id          => _wake.task_id,
+                              origin           => v_lineage.origin,
+                              cause_run_id     => v_lineage.cause_run_id);
+END
+$$;
+COMMENT ON FUNCTION office._wake(text, text, jsonb, text, text) IS
+    'Internal: enqueue_run for an internal producer, its origin and cause from the setting office.actor (office._actor_lineage); a missing agent or one that does not accept runs is (skipped, NULL, NULL) instead of an error.';
+REVOKE EXECUTE ON FUNCTION office._wake(text, text, jsonb, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._wake(text, text, jsonb, text, text) TO office_admin;
+
+CREATE OR REPLACE FUNCTION office.assign_task(task_id text, assignee_agent_profile_id text,
+                                   actor_id text DEFAULT NULL, actor_type text DEFAULT 'user')
+    RETURNS office.assign_result
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_new       text := nullif(assign_task.assignee_agent_profile_id, '');
+    v_prev      text;
+    v_office    boolean;
+    v_gen       bigint;
+    v_actor     text;
+    v_run       office.enqueue_result;
+    v_result    office.assign_result;
+BEGIN
+    PERFORM office._check_short_text('actor_id', assign_task.actor_id);
+    IF assign_task.actor_type IS NULL OR assign_task.actor_type NOT IN ('user', 'agent', 'system') THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('unknown actor_type %s (expected user, agent or system)',
+                             coalesce(quote_literal(assign_task.actor_type), 'NULL'));
+    END IF;
+    IF v_new IS NOT NULL AND NOT EXISTS (SELECT FROM office.agent_profiles a WHERE a.id = v_new) THEN
+        RAISE EXCEPTION USING ERRCODE = 'OFA01', MESSAGE = format('agent %s not found', quote_literal(v_new));
+    END IF;
+    -- The row lock serialises concurrent assignments of this task; the
+    -- previous assignee read under it is exact.
+    SELECT t.assignee_agent_profile_id, t.is_office INTO v_prev, v_office
+      FROM office.tasks t
+     WHERE t.id = assign_task.task_id
+       FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'OFT01',
+            MESSAGE = format('task %s not found', coalesce(quote_literal(assign_task.task_id), 'NULL'));
+    END IF;
+
+    -- The trigger bumps the generation and writes the task.assigned event,
+    -- with the actor passed through a transaction-local setting that is
+    -- restored once the wake below has read it too (a plain UPDATE later in
+    -- the transaction has none).
+    v_actor := current_setting('office.actor', true);
+    PERFORM set_config('office.actor',
+                       jsonb_build_object('id', assign_task.actor_id, 'type', assign_task.actor_type)::text,
+                       true);
+    UPDATE office.tasks t
+       SET assignee_agent_profile_id = v_new
+     WHERE t.id = assign_task.task_id
+    RETURNING t.assignment_generation INTO v_gen;
+
+    IF v_new IS NOT NULL AND v_office THEN
+        v_run := office._wake(v_new, 'task_assigned', jsonb_build_object('assignment_generation', v_gen),
+                              office.assignment_key(assign_task.task_id, v_new, v_gen),
+                              assign_task.task_id);
+    END IF;
+    PERFORM set_config('office.actor', coalesce(v_actor, ''), true);
+    v_result := (v_gen, v_prev IS NOT NULL AND v_prev IS DISTINCT FROM v_new,
+                 v_run.outcome, v_run.dedup_kind, v_run.run_id);
+    RETURN v_result;
+END
+$$;
+COMMENT ON FUNCTION office.assign_task(text, text, text, text) IS
+    'Writes the assignee (NULL or '''' unassigns): the generation goes up by one and the value this call committed is returned; interrupt when a different, non-empty assignee is replaced; an Office task with an assignee gets a task_assigned run keyed assignment_key(task, assignee, generation) (skipped when the agent does not accept runs). Unknown task OFT01, unknown agent OFA01, an agent of another workspace OFW01, bad actor_type or an actor_id over 200 characters 22023.';
+REVOKE EXECUTE ON FUNCTION office.assign_task(text, text, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.assign_task(text, text, text, text) TO office_producer, office_admin;
+
+CREATE OR REPLACE FUNCTION office._tasks_event_assigned() RETURNS trigger
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_actor   jsonb := office._event_actor();
+    v_lineage record;
+BEGIN
+    IF TG_OP = 'INSERT' AND NEW.assignee_agent_profile_id IS NULL THEN
+        RETURN NULL;
+    END IF;
+    -- Worked out now: by delivery the actor's claim may have ended.
+    SELECT * INTO v_lineage FROM office._actor_lineage(NEW.assignee_agent_profile_id);
+    INSERT INTO office.events (topic, task_id, payload)
+    VALUES ('task.assigned', NEW.id,
+            jsonb_build_object(
+                'task_id', NEW.id,
+                'workspace_id', NEW.workspace_id,
+                'agent_profile_id', NEW.assignee_agent_profile_id,
+                'assignment_generation', NEW.assignment_generation,
+                'previous_agent_profile_id',
+                    CASE WHEN TG_OP = 'UPDATE' THEN OLD.assignee_agent_profile_id END,
+                'is_office', NEW.is_office,
+                'actor', v_actor,
+                'db_user', session_user,
+                'origin', v_lineage.origin,
+                'cause_run_id', v_lineage.cause_run_id));
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION office._tasks_event_assigned() IS
+    'Trigger: appends task.assigned (task_id, workspace_id, agent_profile_id, assignment_generation, previous_agent_profile_id, is_office, actor, db_user, origin, cause_run_id) on every write of the assignee and on an insert with one; a malformed office.actor setting is 22023.';
+REVOKE EXECUTE ON FUNCTION office._tasks_event_assigned() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._tasks_event_assigned() TO office_admin;
+
+CREATE OR REPLACE FUNCTION office.reconcile_parent(parent_task_id text, child_set_key text, newest_child_updated_at text)
+    RETURNS office.reconcile_result
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_parent   text := reconcile_parent.parent_task_id;
+    v_assignee text;
+    v_status   text;
+    v_set      text;
+    v_gen      text;
+    v_live     bigint;
+    v_open     bigint;
+    v_marks    bigint[];
+    v_op       text;
+    v_writer   text;
+    v_run      office.enqueue_result;
+    v_result   office.reconcile_result;
+BEGIN
+    IF reconcile_parent.child_set_key IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('child_set_key of parent %s must not be NULL', coalesce(quote_literal(v_parent), 'NULL'));
+    END IF;
+    IF reconcile_parent.newest_child_updated_at IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('newest_child_updated_at of parent %s must not be NULL',
+                             coalesce(quote_literal(v_parent), 'NULL'));
+    END IF;
+    PERFORM office._require_task(v_parent);
+    -- The edge path's lock: a child completing now waits for this delivery
+    -- (and reads after it), and this delivery reads after such a child.
+    PERFORM office._xact_lock(office._lock_key('tasks.children', v_parent));
+
+    -- The assignee, re-checked; its row is share-locked so that its status
+    -- stays as read until commit.
+    SELECT p.assignee_agent_profile_id INTO v_assignee FROM office.tasks p WHERE p.id = v_parent;
+    IF NOT FOUND THEN
+        PERFORM office._require_task(v_parent);
+    END IF;
+    IF v_assignee IS NOT NULL THEN
+        SELECT a.status INTO v_status FROM office.agent_profiles a WHERE a.id = v_assignee FOR SHARE;
+    END IF;
+    IF v_status IS NULL OR v_status = ANY (office._statuses_refusing_runs()) THEN
+        v_result := (v_parent, false, NULL, 'skipped', NULL, NULL, 'assignee_unresolved');
+        RETURN v_result;
+    END IF;
+
+    -- The child set re-read (a fresh snapshot, after the lock), with the
+    -- marks this read accounts for.
+    SELECT w.child_set_key, w.newest_child_updated_at, w.live_children, w.open_children,
+           (SELECT array_agg(m.id) FROM office.parent_wake_marks m WHERE m.parent_task_id = v_parent)
+      INTO v_set, v_gen, v_live, v_open, v_marks
+      FROM office._child_wave(v_parent) AS w;
+    IF v_set <> reconcile_parent.child_set_key
+       OR v_gen <> reconcile_parent.newest_child_updated_at
+       OR v_live = 0 OR v_open > 0 THEN
+        v_result := (v_parent, false, NULL, 'skipped', NULL, NULL, 'child_set_changed');
+        RETURN v_result;
+    END IF;
+
+    v_op := office.wake_operation_id(v_parent, v_set, v_gen);
+    v_run := office._wake(v_assignee, 'task_children_completed',
+                          jsonb_build_object('child_set_key', v_set, 'child_generation', v_gen,
+                                             'operation_id', v_op),
+                          v_op, v_parent);
+    IF v_run.outcome = 'skipped' THEN
+        v_result := (v_parent, false, NULL, 'skipped', NULL, NULL, 'assignee_unresolved');
+        RETURN v_result;
+    END IF;
+    -- The loop guard refused it (docs/api.md §9): no run, so no receipt.
+    IF v_run.outcome = 'guarded' THEN
+        v_result := (v_parent, false, NULL, 'guarded', NULL, NULL, 'guarded');
+        RETURN v_result;
+    END IF;
+
+    v_writer := current_setting('office.parent_wake.writer', true);
+    PERFORM set_config('office.parent_wake.writer', 'reconcile_parent', true);
+    INSERT INTO office.parent_child_wake_receipts AS r
+           (parent_task_id, child_set_key, delivered_run_id, delivery_operation_id, delivered_at,
+            child_generation)
+    VALUES (v_parent, v_set, v_run.run_id, v_op, now(), v_gen)
+    ON CONFLICT ON CONSTRAINT parent_child_wake_receipts_pkey DO UPDATE
+       SET child_set_key = excluded.child_set_key,
+           delivered_run_id = excluded.delivered_run_id,
+           delivery_operation_id = excluded.delivery_operation_id,
+           delivered_at = excluded.delivered_at,
+           child_generation = excluded.child_generation;
+    PERFORM set_config('office.parent_wake.writer', coalesce(v_writer, ''), true);
+
+    -- Forget the marks the re-read accounted for (a later one stays; one that
+    -- another sweep is deleting is skipped, never waited for).
+    DELETE FROM office.parent_wake_marks m
+     WHERE m.id IN (SELECT k.id FROM office.parent_wake_marks k
+                     WHERE k.id = ANY (v_marks)
+                       FOR UPDATE SKIP LOCKED);
+
+    v_result := (v_parent, true, v_op, v_run.outcome, v_run.dedup_kind, v_run.run_id, NULL);
+    RETURN v_result;
+END
+$$;
+COMMENT ON FUNCTION office.reconcile_parent(text, text, text) IS
+    'Wakes one stuck parent: under the edge path''s lock on the parent, re-checks its assignee (skipped, assignee_unresolved) and re-reads its child set and generation (skipped, child_set_changed, unless they equal the arguments and form a finished wave), then enqueues task_children_completed (task_id = the parent) keyed wake_operation_id(parent, child_set_key, generation) and upserts the receipt with the run it landed on (queued, deduped or coalesced), in one transaction; a wake the loop guard refuses writes no receipt (guarded, skipped_reason guarded). Unknown parent OFT01; NULL set or generation 22023.';
+REVOKE EXECUTE ON FUNCTION office.reconcile_parent(text, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office.reconcile_parent(text, text, text) TO office_producer, office_admin;
+
+COMMENT ON TYPE office.reconcile_result IS
+    'Result of office.reconcile_parent: delivered when a receipt was written; operation_id the wake key; outcome queued|deduped|coalesced (the run the wake landed on) or skipped (run_id NULL, skipped_reason assignee_unresolved or child_set_changed), or guarded (the loop guard: run_id NULL, skipped_reason guarded).';
 
 -- === documents named in the catalog ========================================
 -- The contract and the domain notes live in the repository since 0.5.0
