@@ -267,6 +267,13 @@ class EventSubscriber:
             key = keys.assignment_key(task_id, agent, generation)
         run_payload = {} if generation is None else {"assignment_generation": generation}
 
+        # Who caused it, worked out when the event was written (since 0.5.0):
+        # by delivery the actor's claim may have ended.
+        lineage: dict[str, Any] = {}
+        if isinstance(payload.get("origin"), str):
+            lineage["origin"] = payload["origin"]
+            if isinstance(payload.get("cause_run_id"), str):
+                lineage["cause_run_id"] = payload["cause_run_id"]
         try:
             result = self.office.enqueue_run(
                 agent,
@@ -276,6 +283,7 @@ class EventSubscriber:
                 task_id=task_id,
                 keyless_cause=cause,
                 keyless_detail=detail,
+                **lineage,
             )
         except (AgentNotFound, AgentNotAcceptingRuns) as exc:
             return self._outcome(

@@ -152,3 +152,36 @@ COMMENT ON FUNCTION office._chain_depth(text, text, text, boolean) IS
     'Internal: the chain_depth of a request of origin into workspace_id caused by cause_run_id: 0 for human and system; for agent 1 + the cause''s depth when the cause is a run of that workspace, else 1; strict: a cause of another workspace is OFW01.';
 REVOKE EXECUTE ON FUNCTION office._chain_depth(text, text, text, boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office._chain_depth(text, text, text, boolean) TO office_admin;
+
+-- The origin and cause of an internal producer's wake of an agent, from the
+-- actor it knows (docs/api.md §9, "Origin and cause"): the setting
+-- office.actor, which create_task, assign_task (for its own update and
+-- wake), the triggers and plain writes carry. A user with an id is human; an
+-- agent is agent, caused by the run it holds claimed in the woken agent's
+-- workspace, else by none (depth 1); a system actor, or none, is system.
+CREATE FUNCTION office._actor_lineage(agent_profile_id text, OUT origin text, OUT cause_run_id text)
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_actor jsonb := office._event_actor();
+BEGIN
+    origin := 'system';
+    IF v_actor ->> 'type' = 'user' AND coalesce(v_actor ->> 'id', '') <> '' THEN
+        origin := 'human';
+    ELSIF v_actor ->> 'type' = 'agent' THEN
+        origin := 'agent';
+        SELECT r.id INTO cause_run_id
+          FROM office.runs r
+          JOIN office.agent_profiles actor ON actor.id = r.agent_profile_id
+          JOIN office.agent_profiles woken ON woken.id = _actor_lineage.agent_profile_id
+         WHERE r.agent_profile_id = v_actor ->> 'id' AND r.status = 'claimed'
+           AND actor.workspace_id = woken.workspace_id
+         LIMIT 1;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION office._actor_lineage(text) IS
+    'Internal: the origin (human, agent, system) and cause_run_id of an internal producer''s wake of this agent, from the setting office.actor: a user with an id is human; an agent is agent, caused by its claimed run in the woken agent''s workspace (else none); otherwise system.';
+REVOKE EXECUTE ON FUNCTION office._actor_lineage(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._actor_lineage(text) TO office_admin;

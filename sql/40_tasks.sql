@@ -145,6 +145,8 @@ GRANT EXECUTE ON FUNCTION office._check_task_state(text)
 
 -- Internal: the enqueue of an internal producer. A missing agent, or one that
 -- does not accept runs, is the outcome 'skipped' (no run, nothing raised).
+-- Its origin and cause come from the actor (office._actor_lineage), so a
+-- chain through tasks is guarded like one through enqueue_run.
 -- The agent row is share-locked so its status cannot change between this
 -- check and enqueue_run's own (which would otherwise raise OFA02 and abort
 -- the caller's change).
@@ -156,8 +158,9 @@ CREATE FUNCTION office._wake(agent_profile_id text, reason text, payload jsonb,
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_status text;
-    v_result office.enqueue_result;
+    v_status  text;
+    v_result  office.enqueue_result;
+    v_lineage record;
 BEGIN
     SELECT a.status INTO v_status
       FROM office.agent_profiles a
@@ -167,15 +170,18 @@ BEGIN
         v_result := ('skipped', NULL, NULL);
         RETURN v_result;
     END IF;
+    SELECT * INTO v_lineage FROM office._actor_lineage(_wake.agent_profile_id);
     RETURN office.enqueue_run(agent_profile_id => _wake.agent_profile_id,
                               reason           => _wake.reason,
                               payload          => _wake.payload,
                               idempotency_key  => _wake.idempotency_key,
-                              task_id          => _wake.task_id);
+                              task_id          => _wake.task_id,
+                              origin           => v_lineage.origin,
+                              cause_run_id     => v_lineage.cause_run_id);
 END
 $$;
 COMMENT ON FUNCTION office._wake(text, text, jsonb, text, text) IS
-    'Internal: enqueue_run for an internal producer; a missing agent or one that does not accept runs is (skipped, NULL, NULL) instead of an error.';
+    'Internal: enqueue_run for an internal producer, its origin and cause from the setting office.actor (office._actor_lineage); a missing agent or one that does not accept runs is (skipped, NULL, NULL) instead of an error.';
 REVOKE EXECUTE ON FUNCTION office._wake(text, text, jsonb, text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office._wake(text, text, jsonb, text, text) TO office_admin;
 
@@ -734,7 +740,8 @@ BEGIN
 
     -- The trigger bumps the generation and writes the task.assigned event,
     -- with the actor passed through a transaction-local setting that is
-    -- restored right after (a plain UPDATE later in the transaction has none).
+    -- restored once the wake below has read it too (a plain UPDATE later in
+    -- the transaction has none).
     v_actor := current_setting('office.actor', true);
     PERFORM set_config('office.actor',
                        jsonb_build_object('id', assign_task.actor_id, 'type', assign_task.actor_type)::text,
@@ -743,13 +750,13 @@ BEGIN
        SET assignee_agent_profile_id = v_new
      WHERE t.id = assign_task.task_id
     RETURNING t.assignment_generation INTO v_gen;
-    PERFORM set_config('office.actor', coalesce(v_actor, ''), true);
 
     IF v_new IS NOT NULL AND v_office THEN
         v_run := office._wake(v_new, 'task_assigned', jsonb_build_object('assignment_generation', v_gen),
                               office.assignment_key(assign_task.task_id, v_new, v_gen),
                               assign_task.task_id);
     END IF;
+    PERFORM set_config('office.actor', coalesce(v_actor, ''), true);
     v_result := (v_gen, v_prev IS NOT NULL AND v_prev IS DISTINCT FROM v_new,
                  v_run.outcome, v_run.dedup_kind, v_run.run_id);
     RETURN v_result;

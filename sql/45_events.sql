@@ -105,11 +105,14 @@ CREATE FUNCTION office._tasks_event_assigned() RETURNS trigger
     SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_actor jsonb := office._event_actor();
+    v_actor   jsonb := office._event_actor();
+    v_lineage record;
 BEGIN
     IF TG_OP = 'INSERT' AND NEW.assignee_agent_profile_id IS NULL THEN
         RETURN NULL;
     END IF;
+    -- Worked out now: by delivery the actor's claim may have ended.
+    SELECT * INTO v_lineage FROM office._actor_lineage(NEW.assignee_agent_profile_id);
     INSERT INTO office.events (topic, task_id, payload)
     VALUES ('task.assigned', NEW.id,
             jsonb_build_object(
@@ -121,12 +124,14 @@ BEGIN
                     CASE WHEN TG_OP = 'UPDATE' THEN OLD.assignee_agent_profile_id END,
                 'is_office', NEW.is_office,
                 'actor', v_actor,
-                'db_user', session_user));
+                'db_user', session_user,
+                'origin', v_lineage.origin,
+                'cause_run_id', v_lineage.cause_run_id));
     RETURN NULL;
 END
 $$;
 COMMENT ON FUNCTION office._tasks_event_assigned() IS
-    'Trigger: appends task.assigned (task_id, workspace_id, agent_profile_id, assignment_generation, previous_agent_profile_id, is_office, actor, db_user) on every write of the assignee and on an insert with one; a malformed office.actor setting is 22023.';
+    'Trigger: appends task.assigned (task_id, workspace_id, agent_profile_id, assignment_generation, previous_agent_profile_id, is_office, actor, db_user, origin, cause_run_id) on every write of the assignee and on an insert with one; a malformed office.actor setting is 22023.';
 REVOKE EXECUTE ON FUNCTION office._tasks_event_assigned() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office._tasks_event_assigned() TO office_admin;
 

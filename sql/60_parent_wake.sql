@@ -45,7 +45,7 @@ CREATE TYPE office.reconcile_result AS (
     parent_task_id text, delivered boolean, operation_id text, outcome text, dedup_kind text,
     run_id text, skipped_reason text);
 COMMENT ON TYPE office.reconcile_result IS
-    'Result of office.reconcile_parent: delivered when a receipt was written; operation_id the wake key; outcome queued|deduped|coalesced (the run the wake landed on) or skipped (run_id NULL, skipped_reason assignee_unresolved or child_set_changed).';
+    'Result of office.reconcile_parent: delivered when a receipt was written; operation_id the wake key; outcome queued|deduped|coalesced (the run the wake landed on) or skipped (run_id NULL, skipped_reason assignee_unresolved or child_set_changed), or guarded (the loop guard: run_id NULL, skipped_reason guarded).';
 
 CREATE TABLE office.parent_child_wake_receipts (
     parent_task_id        text PRIMARY KEY REFERENCES office.tasks (id) ON DELETE CASCADE,
@@ -493,6 +493,11 @@ BEGIN
         v_result := (v_parent, false, NULL, 'skipped', NULL, NULL, 'assignee_unresolved');
         RETURN v_result;
     END IF;
+    -- The loop guard refused it (docs/api.md §9): no run, so no receipt.
+    IF v_run.outcome = 'guarded' THEN
+        v_result := (v_parent, false, NULL, 'guarded', NULL, NULL, 'guarded');
+        RETURN v_result;
+    END IF;
 
     v_writer := current_setting('office.parent_wake.writer', true);
     PERFORM set_config('office.parent_wake.writer', 'reconcile_parent', true);
@@ -520,7 +525,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION office.reconcile_parent(text, text, text) IS
-    'Wakes one stuck parent: under the edge path''s lock on the parent, re-checks its assignee (skipped, assignee_unresolved) and re-reads its child set and generation (skipped, child_set_changed, unless they equal the arguments and form a finished wave), then enqueues task_children_completed (task_id = the parent) keyed wake_operation_id(parent, child_set_key, generation) and upserts the receipt with the run it landed on (queued, deduped or coalesced), in one transaction. Unknown parent OFT01; NULL set or generation 22023.';
+    'Wakes one stuck parent: under the edge path''s lock on the parent, re-checks its assignee (skipped, assignee_unresolved) and re-reads its child set and generation (skipped, child_set_changed, unless they equal the arguments and form a finished wave), then enqueues task_children_completed (task_id = the parent) keyed wake_operation_id(parent, child_set_key, generation) and upserts the receipt with the run it landed on (queued, deduped or coalesced), in one transaction; a wake the loop guard refuses writes no receipt (guarded, skipped_reason guarded). Unknown parent OFT01; NULL set or generation 22023.';
 REVOKE EXECUTE ON FUNCTION office.reconcile_parent(text, text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.reconcile_parent(text, text, text) TO office_producer, office_admin;
 

@@ -7,7 +7,7 @@ finished child wave nobody delivered (every candidate condition of docs/domain.m
 ``sweep_stuck_parents`` is a :class:`ReconcileResult`: either the wake was
 enqueued - ``outcome`` is the queue's (``queued``, ``deduped``, ``coalesced``:
 the run it landed on) and a receipt was written (``delivered``) - or it was
-declined with ``outcome`` ``skipped`` and a :class:`SkippedReason`.
+declined with ``outcome`` ``skipped`` (or ``guarded``) and a :class:`SkippedReason`.
 """
 
 from __future__ import annotations
@@ -38,6 +38,9 @@ class SkippedReason(StrEnum):
     #: The child set or its generation is not the one listed (a child was
     #: reopened, recompleted, archived or added since), or not a finished wave.
     CHILD_SET_CHANGED = "child_set_changed"
+    #: The loop guard refused the wake (docs/api.md §9): an agent-caused
+    #: chain past office.max_chain_depth.
+    GUARDED = "guarded"
 
 
 class StuckParent(BaseModel):

@@ -69,12 +69,14 @@ class TaskTerminalStatus(StrEnum):
 
 
 class ProducerOutcome(StrEnum):
-    """What an internal producer's enqueue did: the queue's outcomes, or
-    ``skipped`` when the agent is missing or does not accept runs."""
+    """What an internal producer's enqueue did: the queue's outcomes
+    (``guarded`` among them, since 0.5.0), or ``skipped`` when the agent is
+    missing or does not accept runs."""
 
     QUEUED = "queued"
     DEDUPED = "deduped"
     COALESCED = "coalesced"
+    GUARDED = "guarded"
     SKIPPED = "skipped"
 
 

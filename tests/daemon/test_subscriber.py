@@ -381,3 +381,27 @@ def test_an_event_whose_lock_stays_held_is_deferred_and_the_others_go_on(
     assert later.result is not None and later.result.outcome == QueueOutcome.DEDUPED
     assert pending(db) == 0
     assert sorted(r["idempotency_key"] for r in runs(db)) == [key, "task_assigned:T2:B:1"]
+
+
+def test_the_event_carries_who_caused_it_to_the_run(db: Conn, subscriber: EventSubscriber) -> None:
+    """A plain write by an agent during its run: the event records the agent's
+    claimed run as the cause when it is written, and the subscriber's run
+    carries it, though the cause's claim has ended by delivery."""
+    agent(db, "a1")
+    agent(db, "a2")
+    db.execute("SELECT office.enqueue_run('a1', 'work')")
+    cause = db.execute("SELECT id, attempt FROM office.claim_run('w', 'a1')").fetchone()
+    assert cause is not None
+    db.execute('SET office.actor = \'{"id": "a1", "type": "agent"}\'')
+    try:
+        plain_task(db, "t1", "a2", "step")
+    finally:
+        db.execute("RESET office.actor")
+    db.execute("SELECT office.finish_run(%s, %s)", cause)
+    [handled] = subscriber.run_once().handled
+    assert handled.action is HandlerAction.ENQUEUED and handled.result is not None
+    row = db.execute(
+        "SELECT origin, cause_run_id, chain_depth FROM office.runs WHERE id = %s",
+        [handled.result.run_id],
+    ).fetchone()
+    assert row == ("agent", cause[0], 1)

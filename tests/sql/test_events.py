@@ -85,6 +85,8 @@ def test_every_assignee_write_is_an_event_with_its_generation(db: Conn) -> None:
         "is_office",
         "actor",
         "db_user",
+        "origin",
+        "cause_run_id",
     }
 
 
