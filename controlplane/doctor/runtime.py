@@ -258,6 +258,14 @@ def check_budgets(conn: psycopg.Connection[Any]) -> Iterator[Finding]:
     at 80 % of its budget or more (docs/operations.md, "Governing wakes")."""
     if one(conn, q.DOCTOR_WAKE_SPEND_TABLE) is None:
         return  # before 0.5.0 (the version check says so)
+    if not one(conn, q.DOCTOR_BUDGETS_READABLE):
+        yield Finding(
+            check="budgets",
+            status=Status.WARNING,
+            detail="cannot read the agents, wake policies and spend as this role",
+            fix="run officectl doctor as the owner of the database, which alone reads its agents",
+        )
+        return
     unbudgeted = rows(conn, pq.UNBUDGETED_WORKSPACES)
     for row in unbudgeted[:UNBUDGETED_LISTED]:
         yield Finding(

@@ -111,6 +111,11 @@ DOCTOR_ACROSS_WORKSPACES = {
 }
 DOCTOR_POISON_TABLE = Query("SELECT to_regclass('office.poison') AS value")
 DOCTOR_WAKE_SPEND_TABLE = Query("SELECT to_regclass('office.wake_spend') AS value")
+DOCTOR_BUDGETS_READABLE = Query(
+    "SELECT has_table_privilege('office.agent_profiles', 'SELECT')"
+    " AND has_table_privilege('office.wake_policies', 'SELECT')"
+    " AND has_table_privilege('office.wake_spend', 'SELECT') AS value"
+)
 DOCTOR_POISON_READABLE = Query("SELECT has_table_privilege('office.poison', 'SELECT') AS value")
 DOCTOR_POISON = Query(
     "SELECT loop, row_id, reason, sqlstate, set_aside_at, count(*) OVER () AS total"
