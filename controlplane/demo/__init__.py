@@ -34,13 +34,20 @@ recovery) and for ``seconds`` these race, each thread on its own connection:
   the queue, the fleet settles it, and when the frozen worker comes back its
   late finish is refused (fenced by the attempt).
 
+After the race, while the control plane still runs, the wake governance
+scenes (:mod:`controlplane.demo.governance`): a ping-pong of two agents
+guarded at ``office.max_chain_depth``, a burst of wakes during a cooldown
+that becomes one held run per bucket, and a budget that stops a run in
+progress.
+
 At the end: the outbox drained, a final sweep, then the report - occurrences,
 runs created, deduped (windowed / durable), coalesced, skipped by policy,
 from ``office.dedup_stats`` and the tables - and the invariants: one run per
 key; from the producers' side, every occurrence has exactly one run carrying
 its key or was coalesced into one; no stuck parent after the final sweep; no
 routine gate held by a terminal task; every event handled; the dead worker's
-claim recovered and its late finish refused.
+claim recovered and its late finish refused; the ping-pong guarded, the
+burst held, the budget's stop.
 """
 
 from controlplane.demo.invariants import Invariant

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from controlplane.client import Office
 from controlplane.demo import reads
+from controlplane.demo.governance import BUCKETS, Governance, agents
 from controlplane.demo.ledger import Occurrence
 from controlplane.demo.workers import DeadWorker
 from controlplane.demo.world import World
@@ -19,7 +20,12 @@ class Invariant:
 
 
 def check(
-    office: Office, prefix: str, world: World, dead: DeadWorker, occurrences: list[Occurrence]
+    office: Office,
+    prefix: str,
+    world: World,
+    dead: DeadWorker,
+    occurrences: list[Occurrence],
+    governance: Governance,
 ) -> list[Invariant]:
     p = prefix + "-%"
     result: list[Invariant] = []
@@ -105,4 +111,34 @@ def check(
             + {True: "accepted", False: "refused", None: "never made"}[d.late_finish_accepted],
         )
     )
+    result.extend(check_governance(office, prefix, governance))
     return result
+
+
+def check_governance(office: Office, prefix: str, g: Governance) -> list[Invariant]:
+    a = agents(prefix)
+    decisions = reads.wake_decisions(office, f"{prefix}-gov-%")
+    guarded = [d for d in decisions if d.decision == "guarded"]
+    depths = sorted({d.chain_depth for d in guarded})
+    stopped = [d for d in decisions if d.decision == "budget_exhausted"]
+    return [
+        Invariant(
+            "a ping-pong of two agents is guarded at office.max_chain_depth",
+            g.guarded and g.handoffs == 20 and bool(guarded) and depths == [21],
+            f"{g.handoffs} handoffs queued, then guarded; {len(guarded)} guarded decisions"
+            f" at chain depth {depths}",
+        ),
+        Invariant(
+            "a burst during a cooldown is one held run per bucket",
+            len(g.held) == len(BUCKETS) and all(h == "cooldown" for h in g.held),
+            f"{g.burst} wakes of {a['cool']} → {len(g.held)} queued runs, held by {g.held}",
+        ),
+        Invariant(
+            "a budget stops a run in progress",
+            g.heartbeat_refused and g.requeued and not g.claimed_again and len(stopped) == 1,
+            f"heartbeat {'refused' if g.heartbeat_refused else 'accepted'}, run "
+            f"{'back in the queue' if g.requeued else 'not requeued'}, "
+            f"{'claimed again' if g.claimed_again else 'not claimed again'};"
+            f" {len(stopped)} budget_exhausted decision",
+        ),
+    ]

@@ -74,6 +74,19 @@ def recent_tick_keys(office: Office, pattern: str) -> list[str]:
     return [str(row["idempotency_key"]) for row in rows]
 
 
+class WakeDecision(_Row):
+    decision: str
+    agent_profile_id: str
+    chain_depth: int
+
+
+def wake_decisions(office: Office, pattern: str) -> list[WakeDecision]:
+    """The wake decisions of the agents ``pattern`` matches, oldest first."""
+    return [
+        WakeDecision.model_validate(r) for r in office.fetch(q.DEMO_WAKE_DECISIONS, {"p": pattern})
+    ]
+
+
 def run_counts(office: Office, pattern: str) -> RunCounts:
     return RunCounts.model_validate(office.fetch(q.DEMO_RUN_COUNTS, {"p": pattern})[0])
 

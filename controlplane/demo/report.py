@@ -13,6 +13,7 @@ from rich.table import Table
 
 from controlplane.client import Office
 from controlplane.demo import reads
+from controlplane.demo.governance import Governance
 from controlplane.demo.invariants import Invariant, check
 from controlplane.demo.race import Race
 from controlplane.demo.workers import DeadWorker
@@ -55,7 +56,12 @@ def since(baseline: DedupStats, now: DedupStats) -> DedupStats:
 
 
 def build_report(
-    office: Office, race: Race, baseline: DedupStats, world: World, dead: DeadWorker
+    office: Office,
+    race: Race,
+    baseline: DedupStats,
+    world: World,
+    dead: DeadWorker,
+    governance: Governance,
 ) -> DemoReport:
     p = race.prefix + "-%"
     stats = since(baseline, dedup_stats(office))
@@ -90,7 +96,7 @@ def build_report(
     suppressions = [
         {"queue": q, "reason": r, "kind": k, "total": v} for (q, r, k), v in sorted(stats.items())
     ]
-    invariants = check(office, race.prefix, world, dead, occurrences)
+    invariants = check(office, race.prefix, world, dead, occurrences, governance)
     errors = dict(race.ledger.errors)
     return DemoReport(
         ok=all(i.held for i in invariants),

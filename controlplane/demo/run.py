@@ -19,6 +19,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from controlplane.client import Office
 from controlplane.daemon import Daemon, DaemonConfig
 from controlplane.demo import reads
+from controlplane.demo.governance import play as play_governance
 from controlplane.demo.producers import Producers
 from controlplane.demo.race import Race, connect
 from controlplane.demo.report import (
@@ -99,6 +100,8 @@ class Demo:
         daemon.start()
         try:
             self.compete(Producers(race, world), fleet, doomed)
+            with connect(race.url) as office:
+                governance = play_governance(office, race.prefix, world.workspace)
             if not self.quiet:
                 self.console.print(
                     "[dim]letting the control plane catch up, then a final sweep…[/dim]"
@@ -111,7 +114,7 @@ class Demo:
             daemon.stop()
             daemon.join(30)
         with connect(race.url) as office:
-            return build_report(office, race, self.baseline, world, fleet.dead)
+            return build_report(office, race, self.baseline, world, fleet.dead, governance)
 
     def compete(self, producers: Producers, fleet: Fleet, doomed: Doomed) -> None:
         """The race: every producer, the fleet and the dead worker's return,

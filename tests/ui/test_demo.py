@@ -41,6 +41,9 @@ def test_demo_json_report_shows_every_invariant_held_and_every_suppression(dsn: 
         "no routine gate held by a terminal task": True,
         "every event handled": True,
         "a dead worker's claim is recovered, settled by another, its late finish refused": True,
+        "a ping-pong of two agents is guarded at office.max_chain_depth": True,
+        "a burst during a cooldown is one held run per bucket": True,
+        "a budget stops a run in progress": True,
     }, report["invariants"]
     counts = report["counts"]
     for kind in (

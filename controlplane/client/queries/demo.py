@@ -22,6 +22,11 @@ DEMO_RECENT_TICK_KEYS = Query(
     "SELECT idempotency_key FROM office.wakeup_requests"
     " WHERE idempotency_key LIKE %(p)s ORDER BY requested_at DESC LIMIT 10"
 )
+# The wake decisions of the demo's governance agents (controlplane.demo.governance).
+DEMO_WAKE_DECISIONS = Query(
+    "SELECT decision, agent_profile_id, chain_depth FROM office.wake_decisions"
+    " WHERE agent_profile_id LIKE %(p)s ORDER BY id"
+)
 DEMO_RUN_COUNTS = Query(
     "SELECT count(*) AS runs, count(*) FILTER (WHERE status = 'finished') AS finished,"
     " count(*) FILTER (WHERE status = 'failed') AS failed,"
