@@ -21,7 +21,7 @@ from tests.scenarios.daemon import OFFICECTL, DaemonProcess
 
 HANDLERS = '''
 import asyncio, json, os, time
-from controlplane.worker import Retry
+from controlplane.worker import Retry, current_run_context
 
 def _note(run, event, **more):
     line = json.dumps({"id": run.id, "attempt": run.attempt, "event": event,
@@ -45,6 +45,10 @@ def handle(run):
         raise Retry(run.payload["delay"])
     elif action == "fail":
         raise ValueError(run.payload["message"])
+    elif action == "cost":
+        recorded = current_run_context().record_cost(run.payload["amount"])
+        _note(run, "recorded", recorded=recorded)
+        time.sleep(run.payload.get("seconds", 0))
     _note(run, "end")
 
 async def ahandle(run):
