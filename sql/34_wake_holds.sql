@@ -39,6 +39,21 @@ CREATE INDEX idx_run_agent_ended ON office.runs (agent_profile_id, finished_at)
 CREATE INDEX idx_run_agent_queued_priority
     ON office.runs (agent_profile_id, priority DESC, requested_at, id COLLATE "C")
     WHERE status = 'queued' AND priority <> 0;
+-- ... and across agents, in claim order: claim_run's walk of the runs above
+-- 0 before the readiness list and of those below 0 after it (30_runs.sql),
+-- and its probe of whether any queued run has a priority at all.
+CREATE INDEX idx_run_queued_priority
+    ON office.runs (priority DESC, requested_at, id COLLATE "C")
+    WHERE status = 'queued' AND priority <> 0;
+
+-- The queued runs that wait on their scheduled_retry_at (a retry's back-off,
+-- a not_before), by bucket: a wake coalesces into a waiting run whatever its
+-- age (docs/api.md §9), and enqueue_run's C definition, which looks for a
+-- target within the coalesce window only, hands a request on to PL/pgSQL
+-- when its bucket has an entry here. Partial, so a run due at once writes
+-- none.
+CREATE INDEX idx_run_waiting ON office.runs (agent_profile_id, reason)
+    WHERE status = 'queued' AND scheduled_retry_at IS NOT NULL;
 
 -- The claims of each agent under a cooldown or run cap, one row per agent,
 -- kept apart from office.runs so that prune_runs cannot lift a cap and a

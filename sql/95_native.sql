@@ -103,7 +103,8 @@ BEGIN
                 AS '$libdir/office', 'office_enqueue_run';
             -- claim_run's C definition follows the same steps (sql/native/claim.c) and
             -- hands on a worker_id its PL/pgSQL definition refuses, and every call
-            -- while a policy that can hold a run exists (the holds are PL/pgSQL's).
+            -- while a policy that can hold a run exists or a queued run has a priority (the holds and the
+            -- priority order are PL/pgSQL's).
             EXECUTE pg_catalog.format(
                 $create$CREATE OR REPLACE FUNCTION office._claim_run_plpgsql(worker_id text, agent_profile_id text)
                      RETURNS SETOF office.runs
@@ -118,7 +119,7 @@ BEGIN
                     AND p.prolang = (SELECT l.oid FROM pg_catalog.pg_language l WHERE l.lanname = 'plpgsql')
                   ORDER BY p.proname = 'claim_run' DESC LIMIT 1));
             COMMENT ON FUNCTION office._claim_run_plpgsql(text, text) IS
-                'Internal: the PL/pgSQL definition of office.claim_run, to which its C definition hands a worker_id it refuses and every call while a policy that can hold a run exists (sql/95_native.sql).';
+                'Internal: the PL/pgSQL definition of office.claim_run, to which its C definition hands a worker_id it refuses and every call while a policy that can hold a run exists or a queued run has a priority other than 0 (sql/95_native.sql).';
             REVOKE EXECUTE ON FUNCTION office._claim_run_plpgsql(text, text) FROM PUBLIC;
             GRANT EXECUTE ON FUNCTION office._claim_run_plpgsql(text, text) TO office_admin;
             CREATE OR REPLACE FUNCTION office.claim_run(worker_id text DEFAULT NULL, agent_profile_id text DEFAULT NULL)

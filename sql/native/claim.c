@@ -12,10 +12,11 @@
  * operator qualified, planned and run with its enable_seqscan and
  * enable_bitmapscan off. An invalid worker_id is handed on (to
  * office._claim_run_plpgsql, which raises its error), and so is every call
- * while a policy that can hold a run exists (a budget, cooldown or run cap):
- * the holds and the delay of a held agent's readiness rows are that
- * definition's, so both decide alike. With no such policy that costs one
- * probe of an empty partial index.
+ * while a policy that can hold a run exists (a budget, cooldown or run cap)
+ * or a queued run has a priority other than 0: the holds, the delay of a
+ * held agent's readiness rows and the claim order by priority are that
+ * definition's, so both decide alike. With neither, that costs two probes
+ * of empty partial indexes.
  */
 #include "office.h"
 
@@ -202,25 +203,6 @@ scan_candidates(Oid office, Datum agent, const Skips *skip_agents, const Skips *
 	return nfound;
 }
 
-/*
- * EXISTS (SELECT FROM office.wake_policies p
- *          WHERE p.budget IS NOT NULL OR p.cooldown IS NOT NULL OR p.max_runs IS NOT NULL)
- */
-static bool
-hold_policies_exist(Oid office)
-{
-	Snapshot   snapshot = statement_snapshot();
-	OfficeScan s;
-	bool	   found;
-
-	scan_open(&s, office, ON_INDEX(OFFICE_INDEX_WAKE_POLICIES_HOLDS));
-	scan_start(&s, snapshot, NULL, 0);
-	found = scan_next(&s);
-	scan_end(&s);
-	UnregisterSnapshot(snapshot);
-	return found;
-}
-
 /* PERFORM office._unready_agents(agents) */
 static void
 unready_agents(const Skips *agents)
@@ -295,7 +277,9 @@ office_claim_run(PG_FUNCTION_ARGS)
 	if (!short_text_ok(worker))
 		return hand_on(fcinfo, "_claim_run_plpgsql");
 	office = get_namespace_oid("office", false);
-	if (hold_policies_exist(office))
+	/* a budget, cooldown or run cap; a queued run with a priority */
+	if (index_has_entry(office, ON_INDEX(OFFICE_INDEX_WAKE_POLICIES_HOLDS), NULL, 0) ||
+		index_has_entry(office, ON_INDEX(OFFICE_INDEX_RUN_QUEUED_PRIORITY), NULL, 0))
 		return hand_on(fcinfo, "_claim_run_plpgsql");
 	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
 	for (;;)

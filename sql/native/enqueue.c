@@ -181,16 +181,22 @@ insert_run(Datum *values, const char *nulls, Datum *id)
 					6, types, values, nulls, SPI_OK_INSERT_RETURNING, id);
 }
 
-/* the UPDATE for a bucket, its task tested by task_test */
+/*
+ * the UPDATE for a bucket, its task tested by task_test (on n): the newest
+ * run that may absorb, read unlocked, taken when it was requested after $4
+ */
 #define COALESCE_UPDATE(task_test) \
-	"UPDATE office.runs r SET coalesced_count = r.coalesced_count OPERATOR(pg_catalog.+) 1, payload = $5" \
+	"UPDATE office.runs r SET coalesced_count = r.coalesced_count OPERATOR(pg_catalog.+) 1, payload = $5," \
+	" priority = GREATEST(r.priority, 0)" \
 	" WHERE r.id OPERATOR(pg_catalog.=) (SELECT t.id FROM office.runs t" \
-	" WHERE t.agent_profile_id OPERATOR(pg_catalog.=) $1 AND t.reason OPERATOR(pg_catalog.=) $2" \
+	" WHERE t.id OPERATOR(pg_catalog.=) (SELECT n.id FROM office.runs n" \
+	" WHERE n.agent_profile_id OPERATOR(pg_catalog.=) $1 AND n.reason OPERATOR(pg_catalog.=) $2" \
 	" AND " task_test \
+	" AND n.status COLLATE pg_catalog.\"C\" OPERATOR(pg_catalog.=) 'queued'" \
+	" AND NOT office._never_coalesces(n.idempotency_key, n.entry_triggered)" \
+	" ORDER BY n.requested_at DESC, n.id COLLATE pg_catalog.\"C\" DESC LIMIT 1)" \
 	" AND t.status COLLATE pg_catalog.\"C\" OPERATOR(pg_catalog.=) 'queued'" \
-	" AND t.requested_at OPERATOR(pg_catalog.>) $4" \
-	" AND NOT office._never_coalesces(t.idempotency_key, t.entry_triggered)" \
-	" ORDER BY t.requested_at DESC, t.id COLLATE pg_catalog.\"C\" DESC LIMIT 1 FOR UPDATE SKIP LOCKED)" \
+	" AND t.requested_at OPERATOR(pg_catalog.>) $4 FOR UPDATE SKIP LOCKED)" \
 	" RETURNING r.id"
 
 /*
@@ -206,8 +212,8 @@ coalesce_into_target(text *agent, text *reason, text *task, TimestampTz since, D
 {
 	static SPIPlanPtr		 plans[2] = {NULL, NULL};
 	static const char *const texts[2] = {
-		COALESCE_UPDATE("t.task_id IS NULL"),
-		COALESCE_UPDATE("t.task_id OPERATOR(pg_catalog.=) $3"),
+		COALESCE_UPDATE("n.task_id IS NULL"),
+		COALESCE_UPDATE("n.task_id OPERATOR(pg_catalog.=) $3"),
 	};
 	int	  which = task == NULL ? 0 : 1;
 	Oid	  types[5] = {TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID, JSONBOID};
@@ -358,8 +364,18 @@ office_enqueue_run(PG_FUNCTION_ARGS)
 		/* office.coalesce_window's default: interval '5 seconds' */
 		TimestampTz since = now - 5 * USECS_PER_SEC;
 
+		Datum waiting[2] = {PointerGetDatum(agent), PointerGetDatum(reason)};
+
 		if (!try_lock(lock_id(OFFICE_LOCK_RUNS_BUCKET, bucket, 3)) ||
 			!setting_unset("office.coalesce_window"))
+			return hand_on(fcinfo, "_enqueue_run_plpgsql");
+		/*
+		 * A waiting run of the bucket (its scheduled_retry_at set) or a hold
+		 * may make a target of a run older than the window (docs/api.md §9):
+		 * that is PL/pgSQL's to decide.
+		 */
+		if (index_has_entry(office, ON_INDEX(OFFICE_INDEX_WAKE_POLICIES_HOLDS), NULL, 0) ||
+			index_has_entry(office, ON_INDEX(OFFICE_INDEX_RUN_WAITING), waiting, 2))
 			return hand_on(fcinfo, "_enqueue_run_plpgsql");
 		if (bucket_has_target(office, agent, reason, task, since) &&
 			coalesce_into_target(agent, reason, task, since, payload, &run_id))

@@ -113,6 +113,8 @@ extern OFFICE_INTERNAL void		scan_start(OfficeScan *s, Snapshot snapshot, ScanKe
 extern OFFICE_INTERNAL void		scan_by_text(OfficeScan *s, Oid office, const char *table, const char *index, Datum value, Snapshot snapshot);
 extern OFFICE_INTERNAL void		scan_at(OfficeScan *s, Oid office, const char *table, const char *index, Datum value, Snapshot snapshot);
 extern OFFICE_INTERNAL bool		scan_next(OfficeScan *s);
+extern OFFICE_INTERNAL bool		index_has_entry(Oid office, const char *table, const char *index,
+												const Datum *values, int nkeys);
 extern OFFICE_INTERNAL void		scan_end(OfficeScan *s);
 extern OFFICE_INTERNAL bool		run_kept(SPIPlanPtr *plan, KeptScans scans, const char *query, int nargs, Oid *types, Datum *values, const char *nulls, int expect, Datum *first);
 extern OFFICE_INTERNAL Datum	hand_on(FunctionCallInfo fcinfo, const char *portable);

@@ -141,6 +141,35 @@ scan_start(OfficeScan *s, Snapshot snapshot, ScanKey keys, int nkeys)
 	index_rescan(s->scan, keys, nkeys, NULL, 0);
 }
 
+/*
+ * Whether the index has a live entry (in a statement snapshot) whose first
+ * nkeys columns equal the texts values (none: any entry). For the partial
+ * indexes the hot path probes before handing a call on to PL/pgSQL. An index
+ * the schema does not have (one before 0.5.0 on this library, in the middle
+ * of an upgrade) has no entry.
+ */
+bool
+index_has_entry(Oid office, const char *table, const char *index, const Datum *values, int nkeys)
+{
+	Snapshot	snapshot;
+	OfficeScan	s;
+	ScanKeyData keys[4];
+	bool		found;
+
+	Assert(nkeys <= 4);
+	if (!OidIsValid(get_relname_relid(index, office)))
+		return false;
+	snapshot = statement_snapshot();
+	scan_open(&s, office, table, index);
+	for (int i = 0; i < nkeys; i++)
+		text_key(&s, &keys[i], i + 1, values[i]);
+	scan_start(&s, snapshot, keys, nkeys);
+	found = scan_next(&s);
+	scan_end(&s);
+	UnregisterSnapshot(snapshot);
+	return found;
+}
+
 /* The scan of the index's entries whose first column equals value, a text. */
 void
 scan_by_text(OfficeScan *s, Oid office, const char *table, const char *index,

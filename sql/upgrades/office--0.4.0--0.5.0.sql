@@ -389,6 +389,9 @@ DECLARE
     v_locked  boolean;
     v_id      text;
     v_at      timestamptz;
+    v_hold    text;
+    v_newest  text;
+    v_target  record;
     v_result  office.enqueue_result;
 BEGIN
     -- 1. Validate. Nothing is written before this block has passed.
@@ -522,36 +525,74 @@ BEGIN
             PERFORM office._run_lock(v_bucket_lock, v_agent, v_reason, NULL);
         END IF;
         v_window := office._window('office.coalesce_window', interval '5 seconds');
-        -- A target being claimed right now is skipped (SKIP LOCKED): a
-        -- claimed run is never a target, and claimers never wait for us.
+        -- What holds the agent's runs now (34_wake_holds.sql): a target it
+        -- holds is waiting, a target whatever its age (docs/api.md §9).
+        IF EXISTS (SELECT FROM office.wake_policies p
+                    WHERE p.budget IS NOT NULL OR p.cooldown IS NOT NULL OR p.max_runs IS NOT NULL) THEN
+            SELECT g.held_by INTO v_hold FROM office._agent_hold(v_agent, v_workspace, false) g;
+        END IF;
+        -- The target is the bucket's newest queued run that may absorb (not
+        -- entry-triggered, not comment-keyed), read without a lock; it
+        -- absorbs the request if it was requested within the window or is
+        -- waiting (its scheduled_retry_at ahead, or a hold for its origin).
+        -- Only an eligible target is locked, and one being claimed right now
+        -- is skipped (SKIP LOCKED): claimers never wait for us.
         IF v_task IS NULL THEN
-            UPDATE office.runs r
-               SET coalesced_count = r.coalesced_count + 1, payload = v_payload
-             WHERE r.id = (SELECT t.id
-                             FROM office.runs t
-                            WHERE t.agent_profile_id = v_agent AND t.reason = v_reason
-                              AND t.task_id IS NULL
-                              AND t.status COLLATE "C" = 'queued' AND t.requested_at > now() - v_window
-                              AND NOT office._never_coalesces(t.idempotency_key, t.entry_triggered)
-                            ORDER BY t.requested_at DESC, t.id COLLATE "C" DESC
-                            LIMIT 1
-                              FOR UPDATE SKIP LOCKED)
-            RETURNING r.id INTO v_id;
+            SELECT n.id INTO v_newest
+              FROM office.runs n
+             WHERE n.agent_profile_id = v_agent AND n.reason = v_reason AND n.task_id IS NULL
+               AND n.status COLLATE "C" = 'queued'
+               AND NOT office._never_coalesces(n.idempotency_key, n.entry_triggered)
+             ORDER BY n.requested_at DESC, n.id COLLATE "C" DESC
+             LIMIT 1;
         ELSE
             -- Only idx_run_task_reason serves it: status compared under "C"
             -- (sql/30_runs.sql, "Plans").
-            UPDATE office.runs r
-               SET coalesced_count = r.coalesced_count + 1, payload = v_payload
-             WHERE r.id = (SELECT t.id
-                             FROM office.runs t
-                            WHERE t.agent_profile_id = v_agent AND t.reason = v_reason
-                              AND t.task_id = v_task
-                              AND t.status COLLATE "C" = 'queued' AND t.requested_at > now() - v_window
-                              AND NOT office._never_coalesces(t.idempotency_key, t.entry_triggered)
-                            ORDER BY t.requested_at DESC, t.id COLLATE "C" DESC
-                            LIMIT 1
-                              FOR UPDATE SKIP LOCKED)
-            RETURNING r.id INTO v_id;
+            SELECT n.id INTO v_newest
+              FROM office.runs n
+             WHERE n.agent_profile_id = v_agent AND n.reason = v_reason AND n.task_id = v_task
+               AND n.status COLLATE "C" = 'queued'
+               AND NOT office._never_coalesces(n.idempotency_key, n.entry_triggered)
+             ORDER BY n.requested_at DESC, n.id COLLATE "C" DESC
+             LIMIT 1;
+        END IF;
+        IF v_newest IS NOT NULL THEN
+            -- By its primary key only: status compared under "C".
+            SELECT t.id,
+                   t.scheduled_retry_at > now()
+                   OR (v_hold IS NOT NULL AND v_hold <> 'budget' AND t.origin <> 'human') AS waiting
+              INTO v_target
+              FROM office.runs t
+             WHERE t.id = v_newest AND t.status COLLATE "C" = 'queued'
+               AND (t.requested_at > now() - v_window OR t.scheduled_retry_at > now()
+                    OR (v_hold IS NOT NULL AND (v_hold = 'budget' OR t.origin <> 'human')))
+               FOR UPDATE SKIP LOCKED;
+            IF FOUND THEN
+                -- The merge (docs/api.md §9): the higher priority; an agent
+                -- request's deeper chain (a system target becomes agent); a
+                -- human request makes the target human and, if it was
+                -- waiting, due now (a budget still holds it).
+                UPDATE office.runs r
+                   SET coalesced_count = r.coalesced_count + 1, payload = v_payload,
+                       priority = greatest(r.priority, v_priority),
+                       origin = CASE WHEN v_origin = 'human' THEN 'human'
+                                     WHEN v_origin = 'agent' AND r.origin = 'system' THEN 'agent'
+                                     ELSE r.origin END,
+                       chain_depth = CASE WHEN v_origin = 'human' THEN 0
+                                          WHEN v_origin = 'agent' THEN greatest(r.chain_depth, v_depth)
+                                          ELSE r.chain_depth END,
+                       cause_run_id = CASE WHEN v_origin = 'human' THEN NULL
+                                           WHEN v_origin = 'agent' AND v_depth > r.chain_depth THEN v_cause_run
+                                           ELSE r.cause_run_id END,
+                       scheduled_retry_at = CASE WHEN v_origin = 'human' AND v_target.waiting THEN now()
+                                                 ELSE r.scheduled_retry_at END
+                 WHERE r.id = v_target.id;
+                v_id := v_target.id;
+                IF v_origin = 'human' AND v_target.waiting THEN
+                    PERFORM office._write_wake_decision(v_agent, v_id, 'pulled_forward', 'human', NULL, 0,
+                                                        jsonb_build_object('reason', v_reason));
+                END IF;
+            END IF;
         END IF;
         IF v_id IS NOT NULL THEN
             -- The target serves the incoming key from now on.
@@ -777,6 +818,17 @@ BEGIN
                                                    AND t.requested_at > now() - v_window
                                                  LIMIT 1) AS k ON true
                             WHERE u.lock IS NOT NULL AND (b.queued OR k.queued))
+           -- A waiting run (scheduled_retry_at set) in a coalescible element's
+           -- bucket, or a policy that can hold a run, may make an older run a
+           -- target (docs/api.md §9): leave it to enqueue_run too.
+           AND NOT EXISTS (SELECT FROM office.wake_policies p
+                            WHERE p.budget IS NOT NULL OR p.cooldown IS NOT NULL OR p.max_runs IS NOT NULL)
+           AND NOT EXISTS (SELECT FROM unnest(v_agents, v_reasons, v_bucket_locks) AS u(agent, reason, lock)
+                             JOIN LATERAL (SELECT true AS waiting FROM office.runs w
+                                            WHERE w.agent_profile_id = u.agent AND w.reason = u.reason
+                                              AND w.status = 'queued' AND w.scheduled_retry_at IS NOT NULL
+                                            LIMIT 1) AS w ON true
+                            WHERE u.lock IS NOT NULL)
           INTO v_fast;
     END IF;
 
@@ -1817,6 +1869,14 @@ DECLARE
     -- probe of the empty partial index idx_wake_policies_holds.
     v_governed    boolean := EXISTS (SELECT FROM office.wake_policies p
                                       WHERE p.budget IS NOT NULL OR p.cooldown IS NOT NULL OR p.max_runs IS NOT NULL);
+    -- Whether any queued run has a priority other than 0: with none, one
+    -- probe of the empty partial index idx_run_queued_priority, and the claim
+    -- order is the due time alone.
+    v_prioritized boolean := EXISTS (SELECT FROM office.runs p WHERE p.status = 'queued' AND p.priority <> 0);
+    -- Unfiltered and prioritized, three passes in claim order: 1 the runs of
+    -- priority above 0, 2 those of priority 0 (the readiness list), 3 those
+    -- below 0.
+    v_pass        int := CASE WHEN v_prioritized THEN 1 ELSE 2 END;
     v_cand_id     text;
     v_cand_agent  text;
     v_row         office.runs;
@@ -1857,9 +1917,36 @@ BEGIN
     -- hold is decided again after the agent's claim lock, in a statement of
     -- its own, so two claimers at the moment a hold ends see each other's
     -- claim; and a claim under a run cap is logged (_log_claim).
+    -- Priority (docs/api.md §9): passes 1 and 3 walk the prioritized due runs
+    -- in claim order (idx_run_queued_priority, which holds only those),
+    -- skipping those of busy and refusing agents; pass 2 is the readiness
+    -- walk below, over runs of priority 0. A claimer busy with the agent of a
+    -- prioritized run makes the others go on to the next run, as below.
     <<scan>>
     LOOP
-        IF v_agent IS NULL THEN
+        IF v_agent IS NULL AND v_pass <> 2 THEN
+            SELECT array_agg(c.id ORDER BY c.priority DESC, c.requested_at, c.id COLLATE "C"),
+                   array_agg(c.agent_profile_id ORDER BY c.priority DESC, c.requested_at, c.id COLLATE "C")
+              INTO v_cand_ids, v_cand_agents
+              FROM (SELECT q.id, q.agent_profile_id, q.priority, q.requested_at
+                      FROM office.runs q
+                     WHERE q.status = 'queued' AND q.priority <> 0
+                       AND CASE WHEN v_pass = 1 THEN q.priority > 0 ELSE q.priority < 0 END
+                       AND (q.scheduled_retry_at IS NULL OR q.scheduled_retry_at <= now())
+                       AND q.agent_profile_id <> ALL (v_skip_agents) AND q.id <> ALL (v_skip_runs)
+                       AND NOT EXISTS (SELECT FROM office.runs x
+                                        WHERE x.agent_profile_id = q.agent_profile_id AND x.status = 'claimed')
+                       AND EXISTS (SELECT FROM office.agent_profiles p
+                                    WHERE p.id = q.agent_profile_id
+                                      AND p.status <> ALL (office._statuses_refusing_runs()))
+                     ORDER BY q.priority DESC, q.requested_at, q.id COLLATE "C"
+                     LIMIT 8) AS c;
+            IF v_cand_ids IS NULL THEN
+                EXIT scan WHEN v_pass = 3;
+                v_pass := 2;
+                CONTINUE scan;
+            END IF;
+        ELSIF v_agent IS NULL THEN
             WITH ready(agent, head_at) AS MATERIALIZED (
                 SELECT e.agent_profile_id, min(e.head_at)
                   FROM ((SELECT r.agent_profile_id, r.head_at FROM office.agent_ready r
@@ -1902,6 +1989,7 @@ BEGIN
               LEFT JOIN LATERAL (SELECT q.id, q.requested_at
                                    FROM office.runs q
                                   WHERE free.ok AND q.status = 'queued' AND q.agent_profile_id = free.agent
+                                    AND (NOT v_prioritized OR q.priority = 0)
                                     AND (free.hold IS NULL OR (free.hold <> 'budget' AND q.origin = 'human'))
                                     AND (q.scheduled_retry_at IS NULL OR q.scheduled_retry_at <= now())
                                     AND q.id <> ALL (v_skip_runs)
@@ -1927,19 +2015,60 @@ BEGIN
                  CROSS JOIN LATERAL office._agent_hold(a.id, a.workspace_id, false) g
                  WHERE a.id = v_agent;
             END IF;
-            SELECT ARRAY[q.id], ARRAY[q.agent_profile_id] INTO v_cand_ids, v_cand_agents
-              FROM office.runs q
-             WHERE q.status = 'queued' AND q.agent_profile_id = v_agent
-               AND (q.scheduled_retry_at IS NULL OR q.scheduled_retry_at <= now())
-               AND q.id <> ALL (v_skip_runs)
-               AND NOT EXISTS (SELECT FROM office.runs x WHERE x.agent_profile_id = v_agent AND x.status = 'claimed')
-               AND EXISTS (SELECT FROM office.agent_profiles p
-                            WHERE p.id = v_agent AND p.status <> ALL (office._statuses_refusing_runs()))
-               AND (v_hold IS NULL OR (v_hold <> 'budget' AND q.origin = 'human'))
-             ORDER BY q.requested_at, q.id COLLATE "C"
-             LIMIT 1;
+            IF NOT v_prioritized THEN
+                SELECT ARRAY[q.id], ARRAY[q.agent_profile_id] INTO v_cand_ids, v_cand_agents
+                  FROM office.runs q
+                 WHERE q.status = 'queued' AND q.agent_profile_id = v_agent
+                   AND (q.scheduled_retry_at IS NULL OR q.scheduled_retry_at <= now())
+                   AND q.id <> ALL (v_skip_runs)
+                   AND NOT EXISTS (SELECT FROM office.runs x WHERE x.agent_profile_id = v_agent AND x.status = 'claimed')
+                   AND EXISTS (SELECT FROM office.agent_profiles p
+                                WHERE p.id = v_agent AND p.status <> ALL (office._statuses_refusing_runs()))
+                   AND (v_hold IS NULL OR (v_hold <> 'budget' AND q.origin = 'human'))
+                 ORDER BY q.requested_at, q.id COLLATE "C"
+                 LIMIT 1;
+            ELSE
+                -- In claim order without a sort: the runs above 0, of 0 and
+                -- below 0, each part read in index order, the first found.
+                SELECT ARRAY[c.id], ARRAY[v_agent] INTO v_cand_ids, v_cand_agents
+                  FROM ((SELECT q.id FROM office.runs q
+                          WHERE q.status = 'queued' AND q.agent_profile_id = v_agent AND q.priority > 0
+                            AND (q.scheduled_retry_at IS NULL OR q.scheduled_retry_at <= now())
+                            AND q.id <> ALL (v_skip_runs)
+                            AND (v_hold IS NULL OR (v_hold <> 'budget' AND q.origin = 'human'))
+                          ORDER BY q.priority DESC, q.requested_at, q.id COLLATE "C"
+                          LIMIT 1)
+                        UNION ALL
+                        (SELECT q.id FROM office.runs q
+                          WHERE q.status = 'queued' AND q.agent_profile_id = v_agent AND q.priority = 0
+                            AND (q.scheduled_retry_at IS NULL OR q.scheduled_retry_at <= now())
+                            AND q.id <> ALL (v_skip_runs)
+                            AND (v_hold IS NULL OR (v_hold <> 'budget' AND q.origin = 'human'))
+                          ORDER BY q.requested_at, q.id COLLATE "C"
+                          LIMIT 1)
+                        UNION ALL
+                        (SELECT q.id FROM office.runs q
+                          WHERE q.status = 'queued' AND q.agent_profile_id = v_agent AND q.priority < 0
+                            AND (q.scheduled_retry_at IS NULL OR q.scheduled_retry_at <= now())
+                            AND q.id <> ALL (v_skip_runs)
+                            AND (v_hold IS NULL OR (v_hold <> 'budget' AND q.origin = 'human'))
+                          ORDER BY q.priority DESC, q.requested_at, q.id COLLATE "C"
+                          LIMIT 1)
+                        LIMIT 1) AS c
+                 WHERE NOT EXISTS (SELECT FROM office.runs x WHERE x.agent_profile_id = v_agent AND x.status = 'claimed')
+                   AND EXISTS (SELECT FROM office.agent_profiles p
+                                WHERE p.id = v_agent AND p.status <> ALL (office._statuses_refusing_runs()));
+            END IF;
         END IF;
-        EXIT WHEN v_cand_ids IS NULL;
+        IF v_cand_ids IS NULL THEN
+            -- The readiness walk found nothing: then the runs below 0.
+            EXIT scan WHEN v_agent IS NOT NULL OR v_pass <> 2 OR NOT v_prioritized;
+            -- The agents the walk skipped may have runs below 0 (an agent with
+            -- no run of priority 0 is one it skipped).
+            v_pass := 3;
+            v_skip_agents := '{}';
+            CONTINUE scan;
+        END IF;
 
         FOR i IN 1 .. cardinality(v_cand_ids) LOOP
             v_cand_id := v_cand_ids[i];
@@ -1998,7 +2127,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION office.claim_run(text, text) IS
-    'Claims the oldest due queued run (optionally of one agent) whose agent accepts runs, has no claimed run and is not held by a wake policy (a reached budget, its own or its workspace''s; for a run not of origin human a cooldown or run cap): status claimed, claimed_at and heartbeat_at now, attempt + 1. 0 or 1 row; never waits for or fails because of another claimer; its cost does not grow with the backlog of agents holding a claim. worker_id over 200 characters or with a control character 22023.';
+    'Claims the first due queued run in claim order, priority DESC then the oldest (optionally of one agent), whose agent accepts runs, has no claimed run and is not held by a wake policy (a reached budget, its own or its workspace''s; for a run not of origin human a cooldown or run cap): status claimed, claimed_at and heartbeat_at now, attempt + 1. 0 or 1 row; never waits for or fails because of another claimer; its cost does not grow with the backlog of agents holding a claim. worker_id over 200 characters or with a control character 22023.';
 -- (end of wake policies)
 
 -- === wake holds (34_wake_holds.sql) =========================================
@@ -2044,6 +2173,21 @@ CREATE INDEX idx_run_agent_ended ON office.runs (agent_profile_id, finished_at)
 CREATE INDEX idx_run_agent_queued_priority
     ON office.runs (agent_profile_id, priority DESC, requested_at, id COLLATE "C")
     WHERE status = 'queued' AND priority <> 0;
+-- ... and across agents, in claim order: claim_run's walk of the runs above
+-- 0 before the readiness list and of those below 0 after it (30_runs.sql),
+-- and its probe of whether any queued run has a priority at all.
+CREATE INDEX idx_run_queued_priority
+    ON office.runs (priority DESC, requested_at, id COLLATE "C")
+    WHERE status = 'queued' AND priority <> 0;
+
+-- The queued runs that wait on their scheduled_retry_at (a retry's back-off,
+-- a not_before), by bucket: a wake coalesces into a waiting run whatever its
+-- age (docs/api.md §9), and enqueue_run's C definition, which looks for a
+-- target within the coalesce window only, hands a request on to PL/pgSQL
+-- when its bucket has an entry here. Partial, so a run due at once writes
+-- none.
+CREATE INDEX idx_run_waiting ON office.runs (agent_profile_id, reason)
+    WHERE status = 'queued' AND scheduled_retry_at IS NOT NULL;
 
 -- The claims of each agent under a cooldown or run cap, one row per agent,
 -- kept apart from office.runs so that prune_runs cannot lift a cap and a
@@ -2906,7 +3050,7 @@ BEGIN
                 (SELECT p.prosrc FROM pg_catalog.pg_proc p
                   WHERE p.oid = 'office.claim_run(text, text)'::pg_catalog.regprocedure));
             COMMENT ON FUNCTION office._claim_run_plpgsql(text, text) IS
-                'Internal: the PL/pgSQL definition of office.claim_run, to which its C definition hands a worker_id it refuses and every call while a policy that can hold a run exists (sql/95_native.sql).';
+                'Internal: the PL/pgSQL definition of office.claim_run, to which its C definition hands a worker_id it refuses and every call while a policy that can hold a run exists or a queued run has a priority other than 0 (sql/95_native.sql).';
             REVOKE EXECUTE ON FUNCTION office._claim_run_plpgsql(text, text) FROM PUBLIC;
             GRANT EXECUTE ON FUNCTION office._claim_run_plpgsql(text, text) TO office_admin;
             CREATE OR REPLACE FUNCTION office.claim_run(worker_id text DEFAULT NULL, agent_profile_id text DEFAULT NULL)

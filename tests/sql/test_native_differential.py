@@ -47,6 +47,10 @@ _enqueue = st.tuples(
     st.sampled_from(KEYS),
     st.sampled_from((None, "t1")),
     st.booleans(),
+    # docs/api.md §9: what the C definition hands on (and what it decides)
+    st.sampled_from((0, 0, 0, 5, -3)),  # priority
+    st.sampled_from((None, None, "human", "agent")),  # origin
+    st.sampled_from((False, False, True)),  # not_before an hour ahead
 )
 _bulk = st.tuples(
     st.just("enqueue_runs"),
@@ -73,6 +77,12 @@ _other = st.one_of(
     ),
     st.tuples(
         st.just("setting"), st.just("office.notify"), st.sampled_from(("", "every", "off", "on"))
+    ),
+    # A policy that holds runs (claim_run hands on while one exists) or none.
+    st.tuples(
+        st.just("policy"),
+        st.sampled_from(AGENTS),
+        st.sampled_from(("cooldown", "budget", "run_cap", "clear")),
     ),
 )
 # Weighted towards what the native paths decide: enqueues, claims, and the
@@ -169,10 +179,12 @@ def _reset(side: Side) -> None:
 def _call(side: Side, op: tuple[Any, ...]) -> Any:
     conn, kind = side.conn, op[0]
     if kind == "enqueue":
-        _, agent, reason, key, task, entry = op
+        _, agent, reason, key, task, entry, priority, origin, later = op
         row = conn.execute(
-            "SELECT outcome, dedup_kind, run_id FROM office.enqueue_run(%s, %s, %s, %s, %s, %s)",
-            (agent, reason, Jsonb({"n": 1}), key, task, entry),
+            "SELECT outcome, dedup_kind, run_id FROM office.enqueue_run(%s, %s, %s, %s, %s, %s,"
+            " origin => %s, priority => %s,"
+            " not_before => CASE WHEN %s THEN now() + interval '1 hour' END)",
+            (agent, reason, Jsonb({"n": 1}), key, task, entry, origin, priority, later),
         ).fetchone()
         assert row is not None
         return (row[0], row[1], side.token(row[2]))
@@ -218,6 +230,17 @@ def _call(side: Side, op: tuple[Any, ...]) -> Any:
         return sorted(repr(tuple(side.token(v) for v in row)) for row in rows)
     if kind == "status":
         return harness.scalar(conn, "SELECT office.set_agent_status(%s, %s) IS NOT NULL", op[1:])
+    if kind == "policy":
+        _, agent, limit = op
+        if limit == "clear":
+            return harness.scalar(conn, "SELECT office.clear_wake_policy('agent', %s)", (agent,))
+        args = {
+            "cooldown": "cooldown => '1 hour'",
+            "budget": "budget => 0",
+            "run_cap": "max_runs => 1, per => '1 hour'",
+        }[limit]
+        conn.execute(f"SELECT office.set_wake_policy('agent', %s, {args})", (agent,))
+        return None
     if kind == "setting":
         _, name, value = op
         if value:
@@ -244,7 +267,8 @@ def _state(side: Side) -> Any:
         for r in conn.execute(
             "SELECT id, agent_profile_id, reason, status, attempt, idempotency_key, task_id,"
             " entry_triggered, coalesced_count, retry_count, claimed_by,"
-            " scheduled_retry_at IS NOT NULL, error_message FROM office.runs"
+            " scheduled_retry_at IS NOT NULL, error_message, origin, chain_depth, priority"
+            " FROM office.runs"
         )
     )
     keys = sorted(

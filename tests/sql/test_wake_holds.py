@@ -283,3 +283,66 @@ def test_every_role_may_explain_and_readers_read_the_stats(db: Conn, agent: str)
                 assert holds(db) == []
         finally:
             db.execute("RESET ROLE")
+
+
+def test_sixteen_concurrent_wakes_during_a_cooldown_make_no_new_run(
+    db: Conn, agent: str, concurrently: Concurrently
+) -> None:
+    """The bucket's run, past the coalesce window, waits on a cooldown: all
+    sixteen wakes, at once on their own connections, coalesce into it (one
+    run per bucket, however long the wait)."""
+    db.execute("SELECT office.set_wake_policy('agent', %s, cooldown => '1 hour')", [agent])
+    finish(db, claim_after_enqueue(db, agent, "first"))
+    run = enqueue(db, agent, "tick")
+    db.execute(
+        "UPDATE office.runs SET requested_at = now() - interval '1 hour' WHERE id = %s", [run]
+    )
+
+    def wake(conn: Conn) -> tuple[str, str]:
+        row = conn.execute("SELECT outcome, run_id FROM office.enqueue_run(%s, 'tick')", [agent])
+        found = row.fetchone()
+        assert found is not None
+        return (found[0], found[1])
+
+    assert values(concurrently([wake] * 16)) == [("coalesced", run)] * 16
+    queued = db.execute(
+        "SELECT count(*) FROM office.runs WHERE agent_profile_id = %s AND status = 'queued'",
+        [agent],
+    ).fetchone()
+    assert queued == (1,)
+
+
+def test_human_wakes_racing_claimers_pull_a_parked_run_forward_once(
+    db: Conn, agent: str, concurrently: Concurrently
+) -> None:
+    """A run parked on a back-off; two human wakes and four claimers at once:
+    one pulled_forward decision, the run claimed once."""
+    run = enqueue(db, agent, "work")
+    db.execute(
+        "UPDATE office.runs SET scheduled_retry_at = now() + interval '1 hour',"
+        " requested_at = now() - interval '1 hour' WHERE id = %s",
+        [run],
+    )
+
+    def human(conn: Conn) -> Any:
+        return conn.execute(
+            "SELECT outcome FROM office.enqueue_run(%s, 'work', origin => 'human')", [agent]
+        ).fetchone()
+
+    def claimer(conn: Conn) -> list[str]:
+        got = []
+        for _ in range(50):
+            row = conn.execute("SELECT id FROM office.claim_run('w')").fetchone()
+            if row is not None:
+                got.append(row[0])
+        return got
+
+    outcomes = values(concurrently([human, human, claimer, claimer, claimer, claimer]))
+    claimed_ids = [i for got in outcomes[2:] for i in got]
+    pulled = db.execute(
+        "SELECT count(*) FROM office.wake_decisions WHERE decision = 'pulled_forward'"
+    ).fetchone()
+    assert pulled == (1,)
+    assert claimed_ids.count(run) == 1, claimed_ids
+    attempt = db.execute("SELECT attempt FROM office.runs WHERE id = %s", [run]).fetchone()
+    assert attempt == (1,)

@@ -218,6 +218,10 @@ def test_two_recordings_crossing_together_write_each_decision_once(
             ("budget_exhausted", "a1", r2, "workspace", "w1"),
         ]
     )
+    # Nothing of the agent is claimed after: the budget holds its next run.
+    assert scalar(db, "SELECT office.finish_run(%s, %s)", [r2, a2])
+    db.execute("SELECT office.enqueue_run('a1', 'after')")
+    assert db.execute("SELECT id FROM office.claim_run('w')").fetchone() is None
 
 
 def test_racing_recordings_of_two_agents(
