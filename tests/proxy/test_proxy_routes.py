@@ -186,6 +186,45 @@ def test_wake_decisions_are_every_shards_with_unique_ids_and_prune_adds_up(
     assert px.execute("SELECT count(*) FROM office.wake_decisions").fetchone() == (0,)
 
 
+# --- holds and explain_agent ------------------------------------------------------------
+
+
+def test_holds_and_explain_agent_through_the_proxy_agree_with_the_shard(
+    topo: Topology, px: psycopg.Connection[Any]
+) -> None:
+    """A budget set through the proxy holds the agent's runs on its shard;
+    explain_agent through the proxy is the shard's answer, governance_stats
+    the sum, a cause of another partition OFW01, and claims go by priority
+    across the shards."""
+    workspaces = [_workspace_on(topo, shard) for shard in (0, 1)]
+    agents = [f"a-{ws}" for ws in workspaces]
+    for agent, ws in zip(agents, workspaces, strict=True):
+        px.execute("SELECT office.upsert_agent(%s, %s)", (agent, ws))
+    px.execute("SELECT office.set_wake_policy('agent', %s, budget => 0)", (agents[1],))
+    px.execute("SELECT office.enqueue_run(%s, 'plain')", (agents[0],))
+    held = px.execute("SELECT run_id FROM office.enqueue_run(%s, 'held')", (agents[1],)).fetchone()
+    assert held is not None
+    explain = "SELECT run_id, status, claimable, held_by, until FROM office.explain_agent(%s)"
+    through = px.execute(explain, (agents[1],)).fetchall()
+    with psycopg.connect(topo.shards[1]) as s1:
+        assert through == s1.execute(explain, (agents[1],)).fetchall()
+    assert [(r[0], r[2], r[3]) for r in through] == [(held[0], False, "budget")]
+    stats = px.execute("SELECT agent_profile_id, held_by, runs FROM office.governance_stats")
+    assert stats.fetchall() == [(agents[1], "budget", 1)]
+    with pytest.raises(psycopg.Error) as info:
+        px.execute("SELECT office.explain_agent('nobody')")
+    assert info.value.sqlstate == "OFA01"
+    # A cause on the other partition: refused by the proxy as OFW01.
+    with pytest.raises(psycopg.Error) as info:
+        px.execute(
+            "SELECT office.enqueue_run(%s, 'caused', cause_run_id => %s)", (agents[0], held[0])
+        )
+    assert info.value.sqlstate == "OFW01"
+    # The budget holds the shard-1 run whichever shard a claim starts on.
+    claimed = [px.execute("SELECT reason FROM office.claim_run('w')").fetchone() for _ in range(3)]
+    assert claimed[0] == ("plain",) and claimed[1:] == [None, None]
+
+
 # --- events ---------------------------------------------------------------------------
 
 
