@@ -168,7 +168,9 @@ def test_claim_reads_a_bounded_number_of_rows_with_200k_queued_runs_of_busy_agen
     got, inner, fetched = claim_plans(db, plans, "w")
     assert got is None
     assert sum(rows_read(p) for p in inner) == 0, [rows_read(p) for p in inner]
-    assert sum(buffers(p) for p in inner) <= 4, [buffers(p) for p in inner]
+    # 4, and a page each for the probes of the two empty partial indexes
+    # (idx_wake_policies_holds, idx_run_queued_priority: docs/api.md §9).
+    assert sum(buffers(p) for p in inner) <= 6, [buffers(p) for p in inner]
     assert fetched == 0
     # A busy agent by name: nothing, and its backlog is not read.
     got, inner, fetched = claim_plans(db, plans, "w", "busy-1")
