@@ -48,6 +48,9 @@ AGENTS = 64
 HELD_AGENTS = 10_000
 HELD_SIZES = (10_000, 200_000)
 EXPLAIN_RUNS = 10_000
+# Agents set up per transaction: each claim takes a transaction-scoped lock of
+# its agent, and 10,000 at once exceed the bench server's lock table.
+SETUP_CHUNK = 1_000
 CYCLE_RUNS = 60_000  # queued before each cycle case: more than a case drains
 
 ENQUEUE = "SELECT outcome FROM office.enqueue_run(%s, 'task_assigned', '{}'::jsonb, %s, %s)"
@@ -264,10 +267,12 @@ def held_against_busy(dsn: str, seconds: float) -> list[str]:
         with database(dsn, f"governance_{kind.split(',')[0]}", "office") as url:
             with psycopg.connect(url, autocommit=True) as conn:
                 conn.execute("SET office.notify = off")
-                conn.execute(
-                    "SELECT office.upsert_agent('hold-' || n, 'held')"
-                    f" FROM generate_series(0, {HELD_AGENTS - 1}) n"
-                )
+                for low in range(0, HELD_AGENTS, SETUP_CHUNK):
+                    conn.execute(
+                        "SELECT count(office.upsert_agent('hold-' || n, 'held'))"
+                        " FROM generate_series(%s::int, %s::int) n",
+                        (low, low + SETUP_CHUNK - 1),
+                    )
                 # One run per agent, claimed: busy keeps the claim, held
                 # finishes it under a cooldown of an hour.
                 enqueue_backlog(conn, "hold-", HELD_AGENTS, 0, HELD_AGENTS)
@@ -275,13 +280,15 @@ def held_against_busy(dsn: str, seconds: float) -> list[str]:
                     conn.execute(HOLD)
                 elif kind == "busy, policy elsewhere":
                     conn.execute(ELSEWHERE)
-                conn.execute(
-                    "DO $$DECLARE r record; BEGIN"
-                    f" FOR n IN 0 .. {HELD_AGENTS - 1} LOOP"
-                    "   SELECT c.id, c.attempt INTO r FROM office.claim_run('w', 'hold-' || n) c;"
-                    + ("   PERFORM office.finish_run(r.id, r.attempt);" if kind == "held" else "")
-                    + " END LOOP; END$$"
-                )
+                finish = "PERFORM office.finish_run(r.id, r.attempt);" if kind == "held" else ""
+                for low in range(0, HELD_AGENTS, SETUP_CHUNK):
+                    conn.execute(
+                        "DO $$DECLARE r record; BEGIN"
+                        f" FOR n IN {low} .. {low + SETUP_CHUNK - 1} LOOP"
+                        "   SELECT c.id, c.attempt INTO r"
+                        f"   FROM office.claim_run('w', 'hold-' || n) c; {finish}"
+                        " END LOOP; END$$"
+                    )
             queued = 0
             for size in HELD_SIZES:
                 with psycopg.connect(url, autocommit=True) as conn:
