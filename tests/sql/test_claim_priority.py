@@ -89,3 +89,31 @@ def test_without_priorities_the_order_is_age(agents: Conn) -> None:
     for agent, reason in (("b", "first"), ("a", "second"), ("c", "third")):
         enqueue(db, agent, reason)
     assert [claim(db), claim(db), claim(db)] == ["first", "second", "third"]
+
+
+def test_explain_agent_lists_the_runs_in_the_order_claim_run_takes_them(agents: Conn) -> None:
+    """explain_agent and claim_run(worker, agent) each read the backlog in
+    three index-ordered parts (above 0, 0, below 0): the same vectors hold
+    the two to one order, ties of priority and requested_at included."""
+    db = agents
+    priorities = [0, 3, -1, 0, 3, 7, -1, 0, -4, 1, 0, 7]
+    for n, priority in enumerate(priorities):
+        enqueue(db, "a", f"r{n}", priority)
+    # Two runs with one requested_at: the id breaks the tie, in both.
+    db.execute(
+        "UPDATE office.runs SET requested_at = (SELECT min(requested_at) FROM office.runs)"
+        " WHERE reason IN ('r1', 'r4')"
+    )
+    listed = [
+        str(row[0])
+        for row in db.execute(
+            "SELECT r.reason FROM office.explain_agent('a') e JOIN office.runs r ON r.id = e.run_id"
+        ).fetchall()
+    ]
+    claimed: list[str] = []
+    while (found := claim(db, "a")) is not None:
+        claimed.append(found)
+        finish_all(db)
+    assert len(claimed) == len(priorities)
+    assert listed == claimed
+    assert claimed[:2] == ["r5", "r11"] and claimed[-1] == "r8"
