@@ -422,6 +422,34 @@ CREATE TRIGGER agent_profiles_30_ready_update
 -- another sets due_at where none of its queued runs is due. Each decides in
 -- its own snapshot, taken after the locks. Nothing under a stricter
 -- isolation, whose snapshot may be older than the locks.
+-- Internal: the removal side of the readiness lock above, shared by every
+-- claimer that changes readiness rows (office._unready_agents here,
+-- office._hold_agents of 34_wake_holds.sql): of these agents, those whose
+-- lock it gets at once, exclusive, kept to the end of the transaction; NULL
+-- for none, and always NULL outside READ COMMITTED (a stricter snapshot may
+-- be older than the lock).
+CREATE FUNCTION office._lock_readiness(agents text[]) RETURNS text[]
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+    SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_locked text[];
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RETURN NULL;
+    END IF;
+    SELECT array_agg(a.agent) INTO v_locked
+      FROM unnest(_lock_readiness.agents) AS a (agent)
+     WHERE pg_try_advisory_xact_lock(hashtextextended('office.runs.ready:' || a.agent, 0));
+    RETURN v_locked;
+END
+$$;
+COMMENT ON FUNCTION office._lock_readiness(text[]) IS
+    'Internal (claim_run): the agents, of these, whose readiness lock this transaction gets at once, exclusive (NULL for none, and outside READ COMMITTED).';
+REVOKE EXECUTE ON FUNCTION office._lock_readiness(text[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._lock_readiness(text[]) TO office_admin;
+
 -- Generic plans, always: against the array of agents the planner's custom
 -- plan (one agent, from the array's value) always looked cheaper than the
 -- generic one (a set of unknown size), so PL/pgSQL planned both statements
@@ -435,14 +463,8 @@ CREATE FUNCTION office._unready_agents(agents text[]) RETURNS void
     SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
-    v_locked text[];
+    v_locked text[] := office._lock_readiness(_unready_agents.agents);
 BEGIN
-    IF current_setting('transaction_isolation') <> 'read committed' THEN
-        RETURN;
-    END IF;
-    SELECT array_agg(a.agent) INTO v_locked
-      FROM unnest(_unready_agents.agents) AS a (agent)
-     WHERE pg_try_advisory_xact_lock(hashtextextended('office.runs.ready:' || a.agent, 0));
     IF v_locked IS NULL THEN
         RETURN;
     END IF;

@@ -214,14 +214,8 @@ CREATE FUNCTION office._hold_agents(agents text[]) RETURNS void
     SET enable_seqscan = off
 AS $$
 DECLARE
-    v_locked text[];
+    v_locked text[] := office._lock_readiness(_hold_agents.agents);
 BEGIN
-    IF current_setting('transaction_isolation') <> 'read committed' THEN
-        RETURN;
-    END IF;
-    SELECT array_agg(a.agent) INTO v_locked
-      FROM unnest(_hold_agents.agents) AS a (agent)
-     WHERE pg_try_advisory_xact_lock(hashtextextended('office.runs.ready:' || a.agent, 0));
     IF v_locked IS NULL THEN
         RETURN;
     END IF;

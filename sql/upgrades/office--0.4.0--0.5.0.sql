@@ -2331,6 +2331,84 @@ COMMENT ON FUNCTION office._log_claim(text, text) IS
 REVOKE EXECUTE ON FUNCTION office._log_claim(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office._log_claim(text, text) TO office_admin;
 
+-- Internal: the removal side of the readiness lock above, shared by every
+-- claimer that changes readiness rows (office._unready_agents here,
+-- office._hold_agents of 34_wake_holds.sql): of these agents, those whose
+-- lock it gets at once, exclusive, kept to the end of the transaction; NULL
+-- for none, and always NULL outside READ COMMITTED (a stricter snapshot may
+-- be older than the lock).
+CREATE FUNCTION office._lock_readiness(agents text[]) RETURNS text[]
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+    SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_locked text[];
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RETURN NULL;
+    END IF;
+    SELECT array_agg(a.agent) INTO v_locked
+      FROM unnest(_lock_readiness.agents) AS a (agent)
+     WHERE pg_try_advisory_xact_lock(hashtextextended('office.runs.ready:' || a.agent, 0));
+    RETURN v_locked;
+END
+$$;
+COMMENT ON FUNCTION office._lock_readiness(text[]) IS
+    'Internal (claim_run): the agents, of these, whose readiness lock this transaction gets at once, exclusive (NULL for none, and outside READ COMMITTED).';
+REVOKE EXECUTE ON FUNCTION office._lock_readiness(text[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._lock_readiness(text[]) TO office_admin;
+
+-- The removal of 0.4.0, its lock taken by office._lock_readiness.
+CREATE OR REPLACE FUNCTION office._unready_agents(agents text[]) RETURNS void
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+    SET enable_seqscan = off
+    SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_locked text[] := office._lock_readiness(_unready_agents.agents);
+BEGIN
+    IF v_locked IS NULL THEN
+        RETURN;
+    END IF;
+    -- Per agent, lateral probes (LIMIT 1 each; an EXISTS could become a
+    -- hashed subplan over every claimed or queued run).
+    WITH gone AS (
+        SELECT a.agent
+          FROM unnest(v_locked) AS a (agent)
+          LEFT JOIN LATERAL (SELECT true AS busy FROM office.runs c
+                              WHERE c.agent_profile_id = a.agent AND c.status = 'claimed'
+                              LIMIT 1) c ON true
+          LEFT JOIN LATERAL (SELECT true AS accepts FROM office.agent_profiles p
+                              WHERE p.id = a.agent AND p.status <> ALL (office._statuses_refusing_runs())
+                              LIMIT 1) p ON true
+          LEFT JOIN LATERAL (SELECT true AS queued FROM office.runs q
+                              WHERE q.agent_profile_id = a.agent AND q.status = 'queued'
+                              LIMIT 1) q ON true
+         WHERE c.busy OR p.accepts IS NULL OR q.queued IS NULL
+    )
+    DELETE FROM office.agent_ready r USING gone WHERE r.agent_profile_id = gone.agent;
+    WITH later AS (
+        SELECT a.agent
+          FROM unnest(v_locked) AS a (agent)
+          JOIN LATERAL (SELECT true AS queued FROM office.runs q
+                         WHERE q.agent_profile_id = a.agent AND q.status = 'queued'
+                         LIMIT 1) q ON true
+          LEFT JOIN LATERAL (SELECT true AS due FROM office.runs d
+                              WHERE d.agent_profile_id = a.agent AND d.status = 'queued'
+                                AND (d.scheduled_retry_at IS NULL OR d.scheduled_retry_at <= now())
+                              LIMIT 1) d ON true
+         WHERE d.due IS NULL
+    )
+    UPDATE office.agent_ready r
+       SET due_at = (SELECT min(q.scheduled_retry_at) FROM office.runs q
+                      WHERE q.agent_profile_id = r.agent_profile_id AND q.status = 'queued')
+      FROM later
+     WHERE r.agent_profile_id = later.agent AND (r.due_at IS NULL OR r.due_at <= now());
+END
+$$;
+
 -- Internal: claim_run's delay of the readiness rows of agents a policy holds
 -- (30_runs.sql, office.agent_ready). Deleting them would be a stall: the
 -- hold ending by time readies nobody. So they are delayed to the time the
@@ -2348,14 +2426,8 @@ CREATE FUNCTION office._hold_agents(agents text[]) RETURNS void
     SET enable_seqscan = off
 AS $$
 DECLARE
-    v_locked text[];
+    v_locked text[] := office._lock_readiness(_hold_agents.agents);
 BEGIN
-    IF current_setting('transaction_isolation') <> 'read committed' THEN
-        RETURN;
-    END IF;
-    SELECT array_agg(a.agent) INTO v_locked
-      FROM unnest(_hold_agents.agents) AS a (agent)
-     WHERE pg_try_advisory_xact_lock(hashtextextended('office.runs.ready:' || a.agent, 0));
     IF v_locked IS NULL THEN
         RETURN;
     END IF;
