@@ -1,8 +1,9 @@
 """Wake governance under faults (docs/api.md §9), with ``officectl worker``
 subprocesses over the test handler module: a worker SIGKILLed between
 ``record_run_cost`` and its outcome, a worker SIGSTOPped past its budget,
-and a worker restarted during a cooldown. Nothing is lost, nothing runs
-twice, and the spend is what was recorded."""
+a worker restarted during a cooldown, and the daemon (``officectl run``,
+whose subscriber enqueues each assignment) SIGKILLed during one. Nothing is
+lost, nothing runs twice, and the spend is what was recorded."""
 
 from __future__ import annotations
 
@@ -15,6 +16,12 @@ import psycopg
 import pytest
 
 from tests.harness import scalar, wait_for
+from tests.scenarios.daemon import (
+    assert_each_assignment_has_one_run,
+    daemon,
+    make_assignment_backlog,
+    pending_events,
+)
 from tests.scenarios.worker import HANDLERS, Handlers, enqueue, worker
 
 Conn = psycopg.Connection[Any]
@@ -147,3 +154,70 @@ def test_a_worker_restarted_during_a_cooldown_runs_each_run_once_and_spaced(
     for before, after in itertools.pairwise(rows):
         assert (after[2] - before[3]).total_seconds() >= 1.0, rows
     assert all(len(handlers.events(r)) == 1 for r in runs)
+
+
+def held_by_cooldown(db: Conn, agent: str) -> int:
+    return int(
+        scalar(
+            db,
+            "SELECT count(*) FROM office.explain_agent(%s) WHERE held_by = 'cooldown'",
+            [agent],
+        )
+    )
+
+
+def test_a_daemon_killed_during_a_cooldown_leaves_one_run_per_assignment_each_spaced(
+    db: Conn, dsn: str, handlers: Handlers
+) -> None:
+    """Two assignments whose runs the daemon's subscriber enqueues; a worker
+    runs the first and the cooldown holds the second; the daemon is SIGKILLed
+    then, two more assignments are made while it is away, and a new daemon
+    takes over. Every assignment has one run, each claimed once, each claim
+    at least a cooldown after the agent's previous claim ended: the hold
+    lives in the database, and neither the kill nor the new daemon's
+    readiness repair lets a run through early."""
+    agent, cooldown = "cd-agent-0", 1.5
+    make_assignment_backlog(db, "cd", tasks=2, agents=1)
+    db.execute(
+        "SELECT office.set_wake_policy('agent', %s, cooldown => make_interval(secs => %s))",
+        [agent, cooldown],
+    )
+    with worker(dsn, handlers, "handlers:handle", "--worker-id", "W", *FAST) as w:
+        with daemon(dsn) as first:
+            wait_for(lambda: held_by_cooldown(db, agent) == 1, "a run held by the cooldown")
+            assert pending_events(db) == 0
+            first.proc.send_signal(signal.SIGKILL)
+            assert first.proc.wait(30) == -signal.SIGKILL
+        for n in (3, 4):
+            db.execute("SELECT office.create_task('ws', id => %s)", [f"cd-task-{n}"])
+            db.execute(
+                "UPDATE office.tasks SET assignee_agent_profile_id = %s WHERE id = %s",
+                [agent, f"cd-task-{n}"],
+            )
+        assert pending_events(db) == 2  # nobody enqueued them yet
+        with daemon(dsn) as second:
+            wait_for(
+                lambda: (
+                    scalar(
+                        db,
+                        "SELECT count(*) FROM office.runs WHERE agent_profile_id = %s"
+                        " AND status = 'finished'",
+                        [agent],
+                    )
+                    == 4
+                ),
+                "the four runs to finish",
+                timeout=60,
+            )
+            assert second.terminate() == 0, second.text()[-4000:]
+        assert w.terminate() == 0
+    assert assert_each_assignment_has_one_run(db, "cd") == 4
+    rows = db.execute(
+        "SELECT id, attempt, claimed_at, finished_at FROM office.runs"
+        " WHERE agent_profile_id = %s ORDER BY claimed_at",
+        [agent],
+    ).fetchall()
+    assert [r[1] for r in rows] == [1, 1, 1, 1]  # each claimed once
+    for before, after in itertools.pairwise(rows):
+        assert (after[2] - before[3]).total_seconds() >= cooldown, rows
+    assert all(len(handlers.events(r[0])) == 1 for r in rows)
