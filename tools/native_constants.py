@@ -13,7 +13,9 @@ the C that uses it no longer compiles against the regenerated header:
 - the prefixes of the advisory locks (``hashtextextended('<prefix>' || ...)``
   in the PL/pgSQL definitions, and the kinds of ``office._lock_key``);
 - the prefix of a comment's run key, which never coalesces
-  (``office.comment_key``).
+  (``office.comment_key``);
+- the number of agents a claim_run call skips before it answers none
+  (``v_skip_bound`` of office.claim_run).
 """
 
 from __future__ import annotations
@@ -117,5 +119,10 @@ def render(conn: psycopg.Connection[Any]) -> str:
     assert row == (True, False), (prefix, row)
     lines += [f'#define OFFICE_COMMENT_KEY_PREFIX "{prefix}"']
     lines += [f"#define OFFICE_COMMENT_KEY_PREFIX_LENGTH {len(prefix.encode())}", ""]
+    lines.append("/* A claim_run call that skipped this many agents answers none. */")
+    _, body = reference.portable("claim_run")
+    bound = re.search(r"v_skip_bound\s+constant int := (\d+);", body)
+    assert bound is not None, "office.claim_run has no v_skip_bound"
+    lines += [f"#define OFFICE_CLAIM_SKIP_BOUND {bound.group(1)}", ""]
     lines.append("#endif\t\t\t\t\t\t\t/* OFFICE_NATIVE_CONSTANTS_H */")
     return "\n".join(lines) + "\n"

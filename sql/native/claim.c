@@ -294,6 +294,9 @@ office_claim_run(PG_FUNCTION_ARGS)
 			unready_agents(&stale);
 			for (int i = 0; i < stale.n; i++)
 				skip_add(&skip_agents, stale.items[i]);
+			/* a bounded call: see v_skip_bound of the PL/pgSQL definition */
+			if (nfound == 0 && skip_agents.n >= OFFICE_CLAIM_SKIP_BOUND)
+				break;
 			if (nfound == 0)
 				continue;
 		}

@@ -333,4 +333,7 @@
 #define OFFICE_COMMENT_KEY_PREFIX "task_comment:"
 #define OFFICE_COMMENT_KEY_PREFIX_LENGTH 13
 
+/* A claim_run call that skipped this many agents answers none. */
+#define OFFICE_CLAIM_SKIP_BOUND 1000
+
 #endif							/* OFFICE_NATIVE_CONSTANTS_H */

@@ -120,14 +120,13 @@ bucket_has_target(Oid office, text *agent, text *reason, text *task, TimestampTz
 	while (!found && scan_next(&s))
 	{
 		bool  isnull;
+		bool  entry;
+		bool  keyless;
 		Datum value;
 
 		value = slot_getattr(s.slot, status_attnum, &isnull);
 		if (isnull || !text_is(DatumGetTextPP(value), OFFICE_RUN_QUEUED))
 			continue;
-		bool entry;
-		bool keyless;
-
 		value = slot_getattr(s.slot, entry_attnum, &isnull);
 		entry = !isnull && DatumGetBool(value);
 		value = slot_getattr(s.slot, key_attnum, &keyless);

@@ -924,7 +924,7 @@ BEGIN
 END
 $fn$;
 COMMENT ON FUNCTION office.claim_run(worker_id text, agent_profile_id text) IS
-    'Claims the first due queued run in claim order, priority DESC then the oldest (optionally of one agent), whose agent accepts runs, has no claimed run and is not held by a wake policy (a reached budget, its own or its workspace''s; for a run not of origin human a cooldown or run cap): status claimed, claimed_at and heartbeat_at now, attempt + 1. 0 or 1 row; never waits for or fails because of another claimer; its cost does not grow with the backlog of agents holding a claim. worker_id over 200 characters or with a control character 22023.';
+    'Claims the first due queued run in claim order, priority DESC then the oldest (optionally of one agent), whose agent accepts runs, has no claimed run and is not held by a wake policy (a reached budget, its own or its workspace''s; for a run not of origin human a cooldown or run cap): status claimed, claimed_at and heartbeat_at now, attempt + 1. 0 or 1 row; never waits for or fails because of another claimer; its cost does not grow with the backlog of agents holding a claim, and a call that skipped 1000 listed agents without finding a run returns none (the next goes on past them). worker_id over 200 characters or with a control character 22023.';
 REVOKE EXECUTE ON FUNCTION office.claim_run(worker_id text, agent_profile_id text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.claim_run(worker_id text, agent_profile_id text) TO office_admin, office_worker;
 

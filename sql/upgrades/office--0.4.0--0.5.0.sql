@@ -1865,6 +1865,15 @@ DECLARE
     v_stale       text[];
     v_held        text[];
     v_hold        text;
+    -- A call that has skipped this many agents (their rows removed or
+    -- delayed, one readiness lock each, kept to the end of the transaction)
+    -- without finding a run answers none; the next call goes on from there,
+    -- since the rows it removed are gone. This bounds a call's time and the
+    -- locks it takes: ten thousand busy agents listed at once overflowed the
+    -- lock table (max_locks_per_transaction) of a small server in one call,
+    -- and every call after failed the same way. sql/native/claim.c has it
+    -- as OFFICE_CLAIM_SKIP_BOUND (tools/native_constants.py).
+    v_skip_bound  constant int := 1000;
     -- Whether any policy can hold a run (34_wake_holds.sql): with none, one
     -- probe of the empty partial index idx_wake_policies_holds.
     v_governed    boolean := EXISTS (SELECT FROM office.wake_policies p
@@ -2003,6 +2012,7 @@ BEGIN
                 PERFORM office._unready_agents(v_stale);
                 v_skip_agents := v_skip_agents || v_stale;
             END IF;
+            EXIT scan WHEN v_cand_ids IS NULL AND cardinality(v_skip_agents) >= v_skip_bound;
             CONTINUE scan WHEN v_cand_ids IS NULL AND (v_stale IS NOT NULL OR v_held IS NOT NULL);
         ELSE
             -- One agent: its oldest due run, read in index order (never a
@@ -2127,7 +2137,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION office.claim_run(text, text) IS
-    'Claims the first due queued run in claim order, priority DESC then the oldest (optionally of one agent), whose agent accepts runs, has no claimed run and is not held by a wake policy (a reached budget, its own or its workspace''s; for a run not of origin human a cooldown or run cap): status claimed, claimed_at and heartbeat_at now, attempt + 1. 0 or 1 row; never waits for or fails because of another claimer; its cost does not grow with the backlog of agents holding a claim. worker_id over 200 characters or with a control character 22023.';
+    'Claims the first due queued run in claim order, priority DESC then the oldest (optionally of one agent), whose agent accepts runs, has no claimed run and is not held by a wake policy (a reached budget, its own or its workspace''s; for a run not of origin human a cooldown or run cap): status claimed, claimed_at and heartbeat_at now, attempt + 1. 0 or 1 row; never waits for or fails because of another claimer; its cost does not grow with the backlog of agents holding a claim, and a call that skipped 1000 listed agents without finding a run returns none (the next goes on past them). worker_id over 200 characters or with a control character 22023.';
 -- (end of wake policies)
 
 -- === wake holds (34_wake_holds.sql) =========================================

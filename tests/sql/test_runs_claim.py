@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -18,6 +19,7 @@ import pytest
 from psycopg.rows import dict_row
 
 from tests import harness
+from tools import reference
 
 Conn = psycopg.Connection[Any]
 
@@ -329,3 +331,68 @@ def test_every_office_role_may_get_a_run(db: Conn, role: str) -> None:
         (run_id[0], "queued", None)
     ]
     assert none == []
+
+
+def skip_bound() -> int:
+    """v_skip_bound of claim_run (sql/30_runs.sql), which tools/native_constants.py
+    gives the C definition."""
+    _, body = reference.portable("claim_run")
+    found = re.search(r"v_skip_bound\s+constant int := (\d+);", body)
+    assert found is not None
+    return int(found.group(1))
+
+
+@pytest.mark.parametrize("definition", ["claim_run", "_claim_run_plpgsql"])
+def test_a_call_skips_a_bounded_number_of_busy_agents_and_the_next_call_goes_on(
+    db: Conn, definition: str
+) -> None:
+    """More busy agents listed at once than a call may skip: the first call
+    removes the rows of exactly the bound's worth of them (a readiness lock
+    each, no more), answers none, and keeps what it removed; the next removes
+    the rest and claims the free agent's run. The C and the PL/pgSQL
+    definitions alike."""
+    if db.execute(f"SELECT to_regproc('office.{definition}')").fetchone() == (None,):
+        pytest.skip(f"office.{definition} does not exist here (no library)")
+    bound, extra = skip_bound(), 40
+    busy = bound + extra
+    for low in range(0, busy, 500):
+        high = min(low + 500, busy) - 1
+        db.execute(
+            "SELECT count(office.upsert_agent('busy-' || i, 'w'))"
+            " FROM generate_series(%s::int, %s::int) i",
+            [low, high],
+        )
+        # A claim each, then a queued run each: its readiness row is stale.
+        db.execute(
+            "INSERT INTO office.runs"
+            " (agent_profile_id, reason, status, claimed_at, heartbeat_at, attempt)"
+            " SELECT 'busy-' || i, 'r', 'claimed', now(), now(), 1"
+            "   FROM generate_series(%s::int, %s::int) i",
+            [low, high],
+        )
+        db.execute(
+            "INSERT INTO office.runs (agent_profile_id, reason, requested_at)"
+            " SELECT 'busy-' || i, 'r2', now() - interval '1 hour' + i * interval '1 ms'"
+            "   FROM generate_series(%s::int, %s::int) i",
+            [low, high],
+        )
+    db.execute("SELECT office.upsert_agent('free', 'w')")
+    free = db.execute("SELECT run_id FROM office.enqueue_run('free', 'r')").fetchone()
+    listed = (
+        "SELECT count(DISTINCT agent_profile_id) FROM office.agent_ready"
+        " WHERE agent_profile_id LIKE 'busy-%'"
+    )
+    assert harness.scalar(db, listed) == busy
+
+    with db.transaction():
+        first = db.execute(f"SELECT id FROM office.{definition}('w', NULL)").fetchall()
+        locks = harness.scalar(
+            db,
+            "SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory'",
+        )
+    assert first == []
+    assert harness.scalar(db, listed) == extra
+    assert locks <= bound + 8, locks  # one readiness lock per agent skipped, and a batch
+    second = db.execute(f"SELECT id FROM office.{definition}('w', NULL)").fetchall()
+    assert second == [free]
+    assert harness.scalar(db, listed) == 0
