@@ -83,16 +83,11 @@ class Worker(WorkerBase[Office, Callable[[Run], object]]):
             if in_main
             else {}
         )
-        # The listener holds one connection for good and the heartbeats take
-        # the other. One more may open: psycopg_pool counts a connection that
-        # waits in its reconnect backoff as one of max_size, so at 2 a
-        # heartbeat after a server restart timed out (a PoolTimeout, logged as
-        # a second loss) while the server was already back.
         own = ConnectionPool(
             self.office.pool.conninfo,
             kwargs=self.office.pool.kwargs,
             min_size=2,
-            max_size=3,
+            max_size=2,
             timeout=max(1.0, min(core.heartbeat, 5.0)),
             check=ConnectionPool.check_connection,
             reconnect_timeout=10.0,
