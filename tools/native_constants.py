@@ -66,6 +66,15 @@ def _words(name: str, words: list[str]) -> list[str]:
     return lines + [f'#define {_macro(name, w)} "{w}"' for w in words]
 
 
+def claim_skip_bound() -> int:
+    """``v_skip_bound`` of office.claim_run's PL/pgSQL definition: how many
+    agents a call skips before it answers none."""
+    _, body = reference.portable("claim_run")
+    bound = re.search(r"v_skip_bound\s+constant int := (\d+);", body)
+    assert bound is not None, "office.claim_run has no v_skip_bound"
+    return int(bound.group(1))
+
+
 def render(conn: psycopg.Connection[Any]) -> str:
     lines = [HEADER]
     lines.append("/* Indexes of schema office (OFFICE_INDEX_x) and their tables (_ON). */")
@@ -120,9 +129,6 @@ def render(conn: psycopg.Connection[Any]) -> str:
     lines += [f'#define OFFICE_COMMENT_KEY_PREFIX "{prefix}"']
     lines += [f"#define OFFICE_COMMENT_KEY_PREFIX_LENGTH {len(prefix.encode())}", ""]
     lines.append("/* A claim_run call that skipped this many agents answers none. */")
-    _, body = reference.portable("claim_run")
-    bound = re.search(r"v_skip_bound\s+constant int := (\d+);", body)
-    assert bound is not None, "office.claim_run has no v_skip_bound"
-    lines += [f"#define OFFICE_CLAIM_SKIP_BOUND {bound.group(1)}", ""]
+    lines += [f"#define OFFICE_CLAIM_SKIP_BOUND {claim_skip_bound()}", ""]
     lines.append("#endif\t\t\t\t\t\t\t/* OFFICE_NATIVE_CONSTANTS_H */")
     return "\n".join(lines) + "\n"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import random
-import re
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -19,7 +18,7 @@ import pytest
 from psycopg.rows import dict_row
 
 from tests import harness
-from tools import reference
+from tools import native_constants
 
 Conn = psycopg.Connection[Any]
 
@@ -333,15 +332,6 @@ def test_every_office_role_may_get_a_run(db: Conn, role: str) -> None:
     assert none == []
 
 
-def skip_bound() -> int:
-    """v_skip_bound of claim_run (sql/30_runs.sql), which tools/native_constants.py
-    gives the C definition."""
-    _, body = reference.portable("claim_run")
-    found = re.search(r"v_skip_bound\s+constant int := (\d+);", body)
-    assert found is not None
-    return int(found.group(1))
-
-
 @pytest.mark.parametrize("definition", ["claim_run", "_claim_run_plpgsql"])
 def test_a_call_skips_a_bounded_number_of_busy_agents_and_the_next_call_goes_on(
     db: Conn, definition: str
@@ -353,7 +343,7 @@ def test_a_call_skips_a_bounded_number_of_busy_agents_and_the_next_call_goes_on(
     definitions alike."""
     if db.execute(f"SELECT to_regproc('office.{definition}')").fetchone() == (None,):
         pytest.skip(f"office.{definition} does not exist here (no library)")
-    bound, extra = skip_bound(), 40
+    bound, extra = native_constants.claim_skip_bound(), 40
     busy = bound + extra
     for low in range(0, busy, 500):
         high = min(low + 500, busy) - 1
