@@ -142,9 +142,30 @@ GRANT EXECUTE ON FUNCTION office._check_json_depth(text, jsonb)
 -- INSERT or UPDATE): a BEFORE trigger on every table with a stored jsonb
 -- checks the columns it names (TG_ARGV), 1 MiB as text (and 4 KiB for the
 -- fields the functions add to what they were given: agent_profile_id,
--- task_id) and 64 levels deep, 22023 naming table.column. An UPDATE that leaves a column as it was does
--- not check it: a row stored before 0.5.0 bounded the depth stays
+-- task_id) and 64 levels deep, 22023 naming table.column
+-- (office._check_stored_json, which office.runs' readiness trigger calls for
+-- an inserted run, 30_runs.sql). An UPDATE that leaves a column as it was
+-- does not check it: a row stored before 0.5.0 bounded the depth stays
 -- writable (claimed, failed, paused).
+CREATE FUNCTION office._check_stored_json(what text, value jsonb) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF octet_length(value::text) > 1052672 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('%s is %s bytes, more than 1 MiB and 4 KiB (1052672 bytes)',
+                             what, octet_length(value::text));
+    END IF;
+    PERFORM office._check_json_depth(what, value);
+END
+$$;
+COMMENT ON FUNCTION office._check_stored_json(text, jsonb) IS
+    'Internal: raises 22023 naming what (table.column) when value is more than 1 MiB and 4 KiB as text or nests more than 64 levels deep; NULL passes.';
+REVOKE EXECUTE ON FUNCTION office._check_stored_json(text, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._check_stored_json(text, jsonb)
+    TO office_producer, office_worker, office_reader, office_admin;
+
 CREATE FUNCTION office._stored_json_bounded() RETURNS trigger
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -158,12 +179,7 @@ BEGIN
     FOREACH v_column IN ARRAY TG_ARGV LOOP
         v_value := v_row -> v_column;
         CONTINUE WHEN TG_OP = 'UPDATE' AND v_value IS NOT DISTINCT FROM v_old -> v_column;
-        IF octet_length(v_value::text) > 1052672 THEN
-            RAISE EXCEPTION USING ERRCODE = '22023',
-                MESSAGE = format('%s.%s is %s bytes, more than 1 MiB and 4 KiB (1052672 bytes)',
-                                 TG_TABLE_NAME, v_column, octet_length(v_value::text));
-        END IF;
-        PERFORM office._check_json_depth(format('%s.%s', TG_TABLE_NAME, v_column), v_value);
+        PERFORM office._check_stored_json(format('%s.%s', TG_TABLE_NAME, v_column), v_value);
     END LOOP;
     RETURN NEW;
 END

@@ -54,12 +54,16 @@ COMMENT ON TYPE office.enqueue_result IS
 
 -- The CHECK of office.runs, one function call: PostgreSQL reads a table's
 -- CHECK expressions again from their stored text at every statement that
--- writes the table. The four column CHECKs this replaces (0.4.0) were 9 %
--- of a fresh enqueue's instructions and 11 % of a claim + finish cycle's,
--- mostly that reading; a call is a few nodes to read, and the function,
--- compiled once a session, does the same tests: 5 % and 6.5 % less
--- (callgrind, docs/benchmarks.md).
-CREATE FUNCTION office._run_row_valid(status text, reason text, payload jsonb, idempotency_key text)
+-- writes the table, so each CHECK is paid by every enqueue, claim and
+-- finish. The column CHECKs this replaces (0.4.0) were 9 % of a fresh
+-- enqueue's instructions and 11 % of a claim + finish cycle's, mostly that
+-- reading; a call is a few nodes to read, and the function, compiled once a
+-- session, does the same tests: 5 % and 6.5 % less (callgrind,
+-- docs/benchmarks.md). The lineage columns (0.5.0) are tested here too and
+-- not in a CHECK of their own, which cost a fresh enqueue about 6 us and a
+-- cycle 10 us ("where the no-policy cost of 0.5.0 goes").
+CREATE FUNCTION office._run_row_valid(status text, reason text, payload jsonb, idempotency_key text,
+                                      origin text, chain_depth int, priority int)
     RETURNS boolean
     LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
     SET search_path = pg_catalog, pg_temp
@@ -68,13 +72,16 @@ BEGIN
     RETURN status IN ('queued', 'claimed', 'finished', 'failed', 'cancelled')
        AND reason <> ''
        AND jsonb_typeof(payload) = 'object'
-       AND (idempotency_key IS NULL OR (idempotency_key <> '' AND length(idempotency_key) <= 512));
+       AND (idempotency_key IS NULL OR (idempotency_key <> '' AND length(idempotency_key) <= 512))
+       AND origin IN ('human', 'agent', 'system')
+       AND chain_depth >= 0
+       AND priority BETWEEN -100 AND 100;
 END
 $$;
-COMMENT ON FUNCTION office._run_row_valid(text, text, jsonb, text) IS
-    'Internal: the CHECK of office.runs: a known status, a non-empty reason, an object payload, an idempotency_key that is NULL or 1 to 512 characters.';
-REVOKE EXECUTE ON FUNCTION office._run_row_valid(text, text, jsonb, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION office._run_row_valid(text, text, jsonb, text) TO office_admin;
+COMMENT ON FUNCTION office._run_row_valid(text, text, jsonb, text, text, int, int) IS
+    'Internal: the CHECK of office.runs: a known status, a non-empty reason, an object payload, an idempotency_key that is NULL or 1 to 512 characters, origin human, agent or system, chain_depth at least 0, priority -100 to 100.';
+REVOKE EXECUTE ON FUNCTION office._run_row_valid(text, text, jsonb, text, text, int, int) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._run_row_valid(text, text, jsonb, text, text, int, int) TO office_admin;
 
 -- entry_triggered (0.2.0), heartbeat_at (0.4.0) and the lineage columns
 -- origin ... cost (0.5.0, docs/api.md §9) come last on purpose:
@@ -106,10 +113,8 @@ CREATE TABLE office.runs (
     chain_depth        int NOT NULL DEFAULT 0,
     priority           int NOT NULL DEFAULT 0,
     cost               numeric NOT NULL DEFAULT 0,
-    CONSTRAINT runs_row_check CHECK (office._run_row_valid(status, reason, payload, idempotency_key)),
-    -- An array constant, not an IN list, for the reason 25_counters.sql gives.
-    CONSTRAINT runs_lineage_check CHECK (origin = ANY ('{human,agent,system}'::text[])
-                                         AND chain_depth >= 0 AND priority >= -100 AND priority <= 100)
+    CONSTRAINT runs_row_check CHECK (office._run_row_valid(status, reason, payload, idempotency_key,
+                                                           origin, chain_depth, priority))
 );
 SELECT pg_catalog.pg_extension_config_dump('office.runs', '');
 REVOKE ALL ON TABLE office.runs FROM PUBLIC;
@@ -187,15 +192,21 @@ CREATE INDEX idx_run_keys_recorded_run ON office.run_keys_recorded (run_id);
 
 -- Rows written without the enqueue functions (the table owner's INSERT or
 -- UPDATE) meet their bounds on payload and context_snapshot too
--- (05_validation.sql). A trigger, not the CHECK: a CHECK is evaluated on
--- every update of the row, so a run stored deep before 0.5.0 could then no
--- longer be claimed, failed or recovered; the trigger checks a value only
--- when it is written. Its WHEN skips the everyday payload: a value of at
--- most 512 bytes cannot nest 65 deep (sql/native/validation.c says why), nor
--- reach 1 MiB. (pg_column_size is the stored size: a value copied from
--- another stored row can still be compressed, and so pass unchecked.)
+-- (05_validation.sql). Not in the CHECK: a CHECK is evaluated on every
+-- update of the row, so a run stored deep before 0.5.0 could then no longer
+-- be claimed, failed or recovered; a value is checked only when it is
+-- written. An inserted row is checked by the readiness trigger
+-- (office._ready_agents, below), which every insert fires anyway: a trigger
+-- of its own, even one whose WHEN clause skips the everyday payload, cost a
+-- fresh enqueue about 6 us, the WHEN read again from its stored text at
+-- every statement. An update is checked by this trigger, which a claim or a
+-- finish does not fire (they set neither column). Its WHEN skips the
+-- everyday payload: a value of at most 512 bytes cannot nest 65 deep
+-- (sql/native/validation.c says why), nor reach 1 MiB. (pg_column_size is
+-- the stored size: a value copied from another stored row can still be
+-- compressed, and so pass unchecked.)
 CREATE TRIGGER runs_05_bounded
-    BEFORE INSERT OR UPDATE OF payload, context_snapshot ON office.runs
+    BEFORE UPDATE OF payload, context_snapshot ON office.runs
     FOR EACH ROW
     WHEN (pg_catalog.pg_column_size(NEW.payload) > 512 OR pg_catalog.pg_column_size(NEW.context_snapshot) > 512)
     EXECUTE FUNCTION office._stored_json_bounded('payload', 'context_snapshot');
@@ -313,6 +324,15 @@ BEGIN
         -- (the WHEN clause: it accepts runs, and did not or had another id)
         v_agents := ARRAY[NEW.id];
     ELSIF TG_OP = 'INSERT' THEN
+        -- Any run inserted: its documents' bounds (runs_05_bounded says why
+        -- here). A value of at most 512 bytes cannot fail them; NEW is the
+        -- stored row, whose values may be compressed, so those are checked
+        -- whatever their stored size.
+        IF pg_column_size(NEW.payload) > 512 OR pg_column_compression(NEW.payload) IS NOT NULL
+           OR pg_column_size(NEW.context_snapshot) > 512 OR pg_column_compression(NEW.context_snapshot) IS NOT NULL THEN
+            PERFORM office._check_stored_json('runs.payload', NEW.payload),
+                    office._check_stored_json('runs.context_snapshot', NEW.context_snapshot);
+        END IF;
         -- A run inserted queued (runs_30_ready_insert has no WHEN clause).
         -- Its own requested_at is the head: no lookup on the enqueue path.
         IF NEW.status <> 'queued' THEN
@@ -369,7 +389,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION office._ready_agents() IS
-    'Trigger: lists in office.agent_ready the agent of a run inserted queued, of a run queued again or of a claim that ended (when it has queued runs), and an agent that starts accepting runs (when it has queued runs); under its readiness lock, shared, never waiting.';
+    'Trigger: bounds the payload and context_snapshot of a run inserted (1 MiB and 4 KiB as text, 64 levels deep, else 22023 naming runs.column); lists in office.agent_ready the agent of a run inserted queued, of a run queued again or of a claim that ended (when it has queued runs), and an agent that starts accepting runs (when it has queued runs); under its readiness lock, shared, never waiting.';
 REVOKE EXECUTE ON FUNCTION office._ready_agents() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office._ready_agents() TO office_admin;
 

@@ -52,7 +52,8 @@ BEGIN
             CREATE OR REPLACE FUNCTION office._uuid_v7() RETURNS text
                 LANGUAGE c VOLATILE PARALLEL SAFE
                 AS '$libdir/office', 'office_uuid_v7';
-            CREATE OR REPLACE FUNCTION office._run_row_valid(status text, reason text, payload jsonb, idempotency_key text)
+            CREATE OR REPLACE FUNCTION office._run_row_valid(status text, reason text, payload jsonb, idempotency_key text,
+                                                             origin text, chain_depth int, priority int)
                 RETURNS boolean
                 LANGUAGE c IMMUTABLE PARALLEL SAFE
                 AS '$libdir/office', 'office_run_row_valid';

@@ -9,7 +9,8 @@ the C that uses it no longer compiles against the regenerated header:
 - every index of schema office, and the table it is on;
 - every office table and its columns;
 - the agent statuses that refuse runs (``office._statuses_refusing_runs()``);
-- the run statuses (the runs CHECK, ``office._run_row_valid``);
+- the run statuses, origins and priority bounds (the runs CHECK,
+  ``office._run_row_valid``);
 - the prefixes of the advisory locks (``hashtextextended('<prefix>' || ...)``
   in the PL/pgSQL definitions, and the kinds of ``office._lock_key``);
 - the prefix of a comment's run key, which never coalesces
@@ -100,6 +101,18 @@ def render(conn: psycopg.Connection[Any]) -> str:
     assert found is not None, "office._run_row_valid has no status IN (...) list"
     statuses = re.findall(r"'([a-z_]+)'", found.group(1))
     lines += [f'#define {_macro("OFFICE_RUN", s)} "{s}"' for s in statuses]
+    lines.append("")
+    lines.append("/* Run origins, priority bounds (the runs CHECK, office._run_row_valid). */")
+    found = re.search(r"origin IN \(([^)]*)\)", body)
+    assert found is not None, "office._run_row_valid has no origin IN (...) list"
+    origins = re.findall(r"'([a-z_]+)'", found.group(1))
+    lines += [f'#define {_macro("OFFICE_ORIGIN", o)} "{o}"' for o in origins]
+    bounds = re.search(r"priority BETWEEN (-?\d+) AND (-?\d+)", body)
+    assert bounds is not None, "office._run_row_valid has no priority BETWEEN ... AND ..."
+    lines += [
+        f"#define OFFICE_PRIORITY_MIN ({bounds.group(1)})",
+        f"#define OFFICE_PRIORITY_MAX {bounds.group(2)}",
+    ]
     lines.append("")
     lines.append("/* Advisory lock prefixes: hashtextextended(prefix || ..., 0). */")
     prefixes = {p for (body,) in conn.execute(_BODIES).fetchall() for p in _LOCK.findall(body)}

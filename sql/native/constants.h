@@ -317,6 +317,13 @@
 #define OFFICE_RUN_FAILED "failed"
 #define OFFICE_RUN_CANCELLED "cancelled"
 
+/* Run origins, priority bounds (the runs CHECK, office._run_row_valid). */
+#define OFFICE_ORIGIN_HUMAN "human"
+#define OFFICE_ORIGIN_AGENT "agent"
+#define OFFICE_ORIGIN_SYSTEM "system"
+#define OFFICE_PRIORITY_MIN (-100)
+#define OFFICE_PRIORITY_MAX 100
+
 /* Advisory lock prefixes: hashtextextended(prefix || ..., 0). */
 #define OFFICE_LOCK_ROUTINES_GATE "office.routines.gate:"
 #define OFFICE_LOCK_RUNS_BUCKET "office.runs.bucket:"

@@ -24,6 +24,32 @@ insert_ready_row(Datum agent, Datum head)
 					2, types, values, NULL, SPI_OK_INSERT, NULL);
 }
 
+/*
+ * Any run inserted: its payload's and context_snapshot's bounds
+ * (office._check_stored_json; runs_05_bounded in 30_runs.sql says why the
+ * readiness trigger checks them). A value of at most 512 bytes cannot fail
+ * them (json_depth_ok says why), so the everyday run makes no call.
+ */
+static void
+check_inserted_documents(HeapTuple row, Relation rel)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid				  types[2] = {JSONBOID, JSONBOID};
+	bool			  payload_null;
+	bool			  context_null;
+	Datum			  values[2] = {column(row, rel, OFFICE_COLUMN_RUNS_PAYLOAD, &payload_null),
+								   column(row, rel, OFFICE_COLUMN_RUNS_CONTEXT_SNAPSHOT, &context_null)};
+	char			  nulls[2] = {payload_null ? 'n' : ' ', context_null ? 'n' : ' '};
+
+	if ((payload_null || toast_raw_datum_size(values[0]) <= 512) &&
+		(context_null || toast_raw_datum_size(values[1]) <= 512))
+		return;
+	(void) run_kept(&plan, ANY_SCAN,
+					"SELECT office._check_stored_json('runs.payload', $1),"
+					" office._check_stored_json('runs.context_snapshot', $2)",
+					2, types, values, nulls, SPI_OK_SELECT, NULL);
+}
+
 Datum
 office_ready_agents(PG_FUNCTION_ARGS)
 {
@@ -68,6 +94,7 @@ office_ready_agents(PG_FUNCTION_ARGS)
 		/* a run inserted queued (no WHEN clause): its requested_at is the head */
 		bool isnull;
 
+		check_inserted_documents(new_row, rel);
 		if (!column_is(new_row, rel, OFFICE_COLUMN_RUNS_STATUS, OFFICE_RUN_QUEUED))
 			return PointerGetDatum(NULL);
 		agents[count++] = column(new_row, rel, OFFICE_COLUMN_RUNS_AGENT_PROFILE_ID, &isnull);

@@ -131,10 +131,12 @@ json_depth_ok(Datum value)
 }
 
 /*
- * office._run_row_valid(status, reason, payload, idempotency_key): the CHECK
- * of office.runs, with 30_runs.sql's three-valued result: status one of the
- * five, reason not empty, payload an object, idempotency_key NULL or 1 to
- * 512 characters (equality is bytewise under every deterministic collation).
+ * office._run_row_valid(status, reason, payload, idempotency_key, origin,
+ * chain_depth, priority): the CHECK of office.runs, with 30_runs.sql's
+ * three-valued result: status one of the five, reason not empty, payload an
+ * object, idempotency_key NULL or 1 to 512 characters, origin one of the
+ * three (equality is bytewise under every deterministic collation),
+ * chain_depth at least 0, priority within its bounds.
  */
 Datum
 office_run_row_valid(PG_FUNCTION_ARGS)
@@ -177,6 +179,24 @@ office_run_row_valid(PG_FUNCTION_ARGS)
 			(bytes > 512 && pg_mbstrlen_with_len(VARDATA_ANY(key), bytes) > 512))
 			result = TERM_FALSE;
 	}
+	if (PG_ARGISNULL(4))
+		result = term_and(result, TERM_NULL);
+	else
+	{
+		text *origin = PG_GETARG_TEXT_PP(4);
+
+		if (!(text_is(origin, OFFICE_ORIGIN_HUMAN) || text_is(origin, OFFICE_ORIGIN_AGENT) ||
+			  text_is(origin, OFFICE_ORIGIN_SYSTEM)))
+			result = TERM_FALSE;
+	}
+	if (PG_ARGISNULL(5))
+		result = term_and(result, TERM_NULL);
+	else if (PG_GETARG_INT32(5) < 0)
+		result = TERM_FALSE;
+	if (PG_ARGISNULL(6))
+		result = term_and(result, TERM_NULL);
+	else if (PG_GETARG_INT32(6) < OFFICE_PRIORITY_MIN || PG_GETARG_INT32(6) > OFFICE_PRIORITY_MAX)
+		result = TERM_FALSE;
 	if (result == TERM_NULL)
 		PG_RETURN_NULL();
 	PG_RETURN_BOOL(result == TERM_TRUE);

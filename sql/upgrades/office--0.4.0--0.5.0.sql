@@ -43,6 +43,25 @@ REVOKE EXECUTE ON FUNCTION office._check_json_depth(text, jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office._check_json_depth(text, jsonb)
     TO office_producer, office_worker, office_reader, office_admin;
 
+CREATE FUNCTION office._check_stored_json(what text, value jsonb) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF octet_length(value::text) > 1052672 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('%s is %s bytes, more than 1 MiB and 4 KiB (1052672 bytes)',
+                             what, octet_length(value::text));
+    END IF;
+    PERFORM office._check_json_depth(what, value);
+END
+$$;
+COMMENT ON FUNCTION office._check_stored_json(text, jsonb) IS
+    'Internal: raises 22023 naming what (table.column) when value is more than 1 MiB and 4 KiB as text or nests more than 64 levels deep; NULL passes.';
+REVOKE EXECUTE ON FUNCTION office._check_stored_json(text, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._check_stored_json(text, jsonb)
+    TO office_producer, office_worker, office_reader, office_admin;
+
 CREATE FUNCTION office._stored_json_bounded() RETURNS trigger
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -56,12 +75,7 @@ BEGIN
     FOREACH v_column IN ARRAY TG_ARGV LOOP
         v_value := v_row -> v_column;
         CONTINUE WHEN TG_OP = 'UPDATE' AND v_value IS NOT DISTINCT FROM v_old -> v_column;
-        IF octet_length(v_value::text) > 1052672 THEN
-            RAISE EXCEPTION USING ERRCODE = '22023',
-                MESSAGE = format('%s.%s is %s bytes, more than 1 MiB and 4 KiB (1052672 bytes)',
-                                 TG_TABLE_NAME, v_column, octet_length(v_value::text));
-        END IF;
-        PERFORM office._check_json_depth(format('%s.%s', TG_TABLE_NAME, v_column), v_value);
+        PERFORM office._check_stored_json(format('%s.%s', TG_TABLE_NAME, v_column), v_value);
     END LOOP;
     RETURN NEW;
 END
@@ -120,9 +134,34 @@ ALTER TABLE office.runs
     ADD COLUMN cause_run_id text,
     ADD COLUMN chain_depth  int NOT NULL DEFAULT 0,
     ADD COLUMN priority     int NOT NULL DEFAULT 0,
-    ADD COLUMN cost         numeric NOT NULL DEFAULT 0,
-    ADD CONSTRAINT runs_lineage_check CHECK (origin = ANY ('{human,agent,system}'::text[])
-                                             AND chain_depth >= 0 AND priority >= -100 AND priority <= 100);
+    ADD COLUMN cost         numeric NOT NULL DEFAULT 0;
+-- The runs CHECK takes the lineage columns too (30_runs.sql says why one
+-- function); the new constraint reads every row once, as adding one does.
+CREATE FUNCTION office._run_row_valid(status text, reason text, payload jsonb, idempotency_key text,
+                                      origin text, chain_depth int, priority int)
+    RETURNS boolean
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN status IN ('queued', 'claimed', 'finished', 'failed', 'cancelled')
+       AND reason <> ''
+       AND jsonb_typeof(payload) = 'object'
+       AND (idempotency_key IS NULL OR (idempotency_key <> '' AND length(idempotency_key) <= 512))
+       AND origin IN ('human', 'agent', 'system')
+       AND chain_depth >= 0
+       AND priority BETWEEN -100 AND 100;
+END
+$$;
+COMMENT ON FUNCTION office._run_row_valid(text, text, jsonb, text, text, int, int) IS
+    'Internal: the CHECK of office.runs: a known status, a non-empty reason, an object payload, an idempotency_key that is NULL or 1 to 512 characters, origin human, agent or system, chain_depth at least 0, priority -100 to 100.';
+REVOKE EXECUTE ON FUNCTION office._run_row_valid(text, text, jsonb, text, text, int, int) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION office._run_row_valid(text, text, jsonb, text, text, int, int) TO office_admin;
+ALTER TABLE office.runs
+    DROP CONSTRAINT runs_row_check,
+    ADD CONSTRAINT runs_row_check CHECK (office._run_row_valid(status, reason, payload, idempotency_key,
+                                                               origin, chain_depth, priority));
+DROP FUNCTION office._run_row_valid(text, text, jsonb, text);
 COMMENT ON COLUMN office.runs.origin IS
     'Who caused the run: human, agent or system (docs/api.md §9; system for runs from before 0.5.0).';
 COMMENT ON COLUMN office.runs.cause_run_id IS
@@ -287,12 +326,97 @@ REVOKE EXECUTE ON FUNCTION office.cancel_runs(text[], text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION office.cancel_runs(text[], text) TO office_admin;
 -- Both enqueue functions check the depth of what they are given;
 -- enqueue_runs takes at most 10,000 elements; rows written directly are
--- checked by a trigger.
+-- checked by a trigger when updated and by the readiness trigger
+-- (office._ready_agents, below) when inserted.
 CREATE TRIGGER runs_05_bounded
-    BEFORE INSERT OR UPDATE OF payload, context_snapshot ON office.runs
+    BEFORE UPDATE OF payload, context_snapshot ON office.runs
     FOR EACH ROW
     WHEN (pg_catalog.pg_column_size(NEW.payload) > 512 OR pg_catalog.pg_column_size(NEW.context_snapshot) > 512)
     EXECUTE FUNCTION office._stored_json_bounded('payload', 'context_snapshot');
+-- The readiness trigger bounds an inserted run's documents (30_runs.sql).
+CREATE OR REPLACE FUNCTION office._ready_agents() RETURNS trigger
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    SET enable_seqscan = off
+    SET enable_bitmapscan = off
+AS $$
+DECLARE
+    v_agents text[];
+    v_agent  text;
+    v_head   timestamptz;
+    v_listed timestamptz;
+    v_look   boolean;
+BEGIN
+    IF TG_TABLE_NAME = 'agent_profiles' THEN
+        -- (the WHEN clause: it accepts runs, and did not or had another id)
+        v_agents := ARRAY[NEW.id];
+    ELSIF TG_OP = 'INSERT' THEN
+        -- Any run inserted: its documents' bounds (runs_05_bounded says why
+        -- here). A value of at most 512 bytes cannot fail them; NEW is the
+        -- stored row, whose values may be compressed, so those are checked
+        -- whatever their stored size.
+        IF pg_column_size(NEW.payload) > 512 OR pg_column_compression(NEW.payload) IS NOT NULL
+           OR pg_column_size(NEW.context_snapshot) > 512 OR pg_column_compression(NEW.context_snapshot) IS NOT NULL THEN
+            PERFORM office._check_stored_json('runs.payload', NEW.payload),
+                    office._check_stored_json('runs.context_snapshot', NEW.context_snapshot);
+        END IF;
+        -- A run inserted queued (runs_30_ready_insert has no WHEN clause).
+        -- Its own requested_at is the head: no lookup on the enqueue path.
+        IF NEW.status <> 'queued' THEN
+            RETURN NULL;
+        END IF;
+        v_agents := ARRAY[NEW.agent_profile_id];
+        v_head := NEW.requested_at;
+    ELSE
+        -- A run that became queued again, a claim that ended: the agent's
+        -- oldest queued run is the head, looked up below. (Any other
+        -- update, a claim among them, readies no agent: runs_30_ready_update
+        -- has no WHEN clause.)
+        v_agents := '{}';
+        IF TG_OP = 'UPDATE' AND NEW.status = 'queued'
+           AND (OLD.status <> 'queued' OR OLD.agent_profile_id <> NEW.agent_profile_id
+                OR NEW.requested_at < OLD.requested_at
+                OR NEW.scheduled_retry_at IS DISTINCT FROM OLD.scheduled_retry_at) THEN
+            v_agents := ARRAY[NEW.agent_profile_id];
+        END IF;
+        IF OLD.status = 'claimed'
+           AND (TG_OP = 'DELETE' OR NEW.status <> 'claimed' OR OLD.agent_profile_id <> NEW.agent_profile_id)
+           AND OLD.agent_profile_id <> ALL (v_agents) THEN
+            v_agents := v_agents || OLD.agent_profile_id;
+        END IF;
+    END IF;
+    FOREACH v_agent IN ARRAY v_agents LOOP
+        v_look := current_setting('transaction_isolation') = 'read committed'
+                  AND pg_try_advisory_xact_lock_shared(hashtextextended('office.runs.ready:' || v_agent, 0));
+        IF TG_TABLE_NAME = 'agent_profiles' OR TG_OP <> 'INSERT' THEN
+            -- After the lock, in a statement of its own.
+            SELECT q.requested_at INTO v_head
+              FROM office.runs q
+             WHERE q.agent_profile_id = v_agent AND q.status = 'queued'
+             ORDER BY q.requested_at, q.id COLLATE "C"
+             LIMIT 1;
+            CONTINUE WHEN v_look AND v_head IS NULL;
+        END IF;
+        -- The look is a plain SELECT (an INSERT ... WHERE NOT EXISTS that
+        -- inserts nothing costs several times as much) over the agent's
+        -- rows, a few. "Due" is an aggregate's FILTER, not a WHERE clause:
+        -- a WHERE due_at IS NULL would let idx_agent_ready_head (partial on
+        -- it, in head_at order) serve the query, and against small
+        -- statistics the planner took it, reading every listed agent's
+        -- entry (sql/30_runs.sql, "Plans").
+        IF v_look THEN
+            SELECT min(r.head_at) FILTER (WHERE r.due_at IS NULL) INTO v_listed
+              FROM office.agent_ready r
+             WHERE r.agent_profile_id = v_agent;
+            CONTINUE WHEN v_listed <= v_head;
+        END IF;
+        INSERT INTO office.agent_ready (agent_profile_id, head_at) VALUES (v_agent, coalesce(v_head, now()));
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION office._ready_agents() IS
+    'Trigger: bounds the payload and context_snapshot of a run inserted (1 MiB and 4 KiB as text, 64 levels deep, else 22023 naming runs.column); lists in office.agent_ready the agent of a run inserted queued, of a run queued again or of a claim that ended (when it has queued runs), and an agent that starts accepting runs (when it has queued runs); under its readiness lock, shared, never waiting.';
 
 -- Internal: a key has two homes, two unique indexes: runs.idempotency_key
 -- (a run's own key) and run_keys_recorded (a key a coalesce recorded), and
@@ -3062,11 +3186,12 @@ CREATE OR REPLACE FUNCTION office.schema_version() RETURNS text
     RETURN '0.5.0';
 
 -- === native helpers (95_native.sql) ==========================================
--- enqueue_run, claim_run and finish_run were replaced by their PL/pgSQL
--- definitions above: where the library is installed and its ABI version is
--- the schema's (the handshake of 95_native.sql, after the version above),
--- keep enqueue_run's and claim_run's bodies as the ones their C definitions
--- hand calls to, and bind the C definitions again. office._native_binding() records the result.
+-- enqueue_run, claim_run, finish_run and _ready_agents were replaced by
+-- their PL/pgSQL definitions above, and _run_row_valid made anew: where the
+-- library is installed and its ABI version is the schema's (the handshake of
+-- 95_native.sql, after the version above), keep enqueue_run's and
+-- claim_run's bodies as the ones their C definitions hand calls to, and bind
+-- the C definitions again. office._native_binding() records the result.
 DO $native$
 DECLARE
     v_schema  text := office.schema_version();
@@ -3143,6 +3268,14 @@ BEGIN
                 RETURNS boolean
                 LANGUAGE c VOLATILE SECURITY DEFINER
                 AS '$libdir/office', 'office_finish_run';
+            CREATE OR REPLACE FUNCTION office._run_row_valid(status text, reason text, payload jsonb, idempotency_key text,
+                                                             origin text, chain_depth int, priority int)
+                RETURNS boolean
+                LANGUAGE c IMMUTABLE PARALLEL SAFE
+                AS '$libdir/office', 'office_run_row_valid';
+            CREATE OR REPLACE FUNCTION office._ready_agents() RETURNS trigger
+                LANGUAGE c VOLATILE SECURITY DEFINER
+                AS '$libdir/office', 'office_ready_agents';
             v_binding := pg_catalog.format('native: library %s = schema %s', v_library, v_schema);
         EXCEPTION WHEN undefined_file OR undefined_function OR insufficient_privilege THEN
             v_binding := pg_catalog.format('PL/pgSQL only: binding the library failed: %s', SQLERRM);

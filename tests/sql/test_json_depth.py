@@ -113,6 +113,18 @@ OWNER_WRITES = [
         "INSERT INTO office.runs (agent_profile_id, reason, payload) VALUES ('a1', 'r', %s)",
         "runs.payload",
     ),
+    (
+        "runs context_snapshot insert",
+        "INSERT INTO office.runs (agent_profile_id, reason, context_snapshot)"
+        " VALUES ('a1', 'r', %s)",
+        "runs.context_snapshot",
+    ),
+    (
+        "runs inserted finished",
+        "INSERT INTO office.runs (agent_profile_id, reason, status, payload)"
+        " VALUES ('a1', 'r', 'finished', %s)",
+        "runs.payload",
+    ),
     ("runs update", "UPDATE office.runs SET payload = %s", "runs.payload"),
     (
         "runs context_snapshot",
@@ -160,6 +172,25 @@ def test_a_row_the_owner_writes_directly_is_checked_too(
     assert str(refused.value).startswith(f"{argument} nests more than 64 levels")
     # 64 levels is a row like any other.
     db.execute(statement, [Jsonb(nested(64, arrays=True))])
+
+
+def test_a_run_inserted_directly_is_checked_when_stored_compressed(db: Conn, agent: str) -> None:
+    # The readiness trigger sees the stored row, whose large values are
+    # compressed: a deep payload that compresses below 512 bytes is still
+    # walked (a check of the stored size alone would pass it).
+    deep = Jsonb({"deep": nested(65, arrays=True), "filler": "x" * 4000})
+    db.execute("CREATE TEMP TABLE stored (id int, payload jsonb)")
+    db.execute("INSERT INTO stored VALUES (1, %s)", [deep])
+    assert db.execute(
+        "SELECT pg_column_size(payload) < 512, pg_column_compression(payload) IS NOT NULL"
+        " FROM stored"
+    ).fetchone() == (True, True)
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match=r"^runs.payload nests more"):
+        db.execute(
+            "INSERT INTO office.runs (agent_profile_id, reason, payload)"
+            " SELECT 'a1', 'r', payload FROM stored"
+        )
+    assert db.execute("SELECT count(*) FROM office.runs").fetchone() == (0,)
 
 
 def test_a_wakeup_row_the_owner_writes_meets_request_wakeups_bounds(db: Conn, agent: str) -> None:

@@ -58,8 +58,12 @@ COPIES = [
     ),
 ]
 
-# (status, reason, payload, idempotency_key) -> the CHECK's three-valued result
-ROW_VECTORS: list[tuple[str | None, str | None, Any, str | None, bool | None]] = [
+# (status, reason, payload, idempotency_key, origin, chain_depth, priority)
+# -> the CHECK's three-valued result
+RowVector = tuple[
+    str | None, str | None, Any, str | None, str | None, int | None, int | None, bool | None
+]
+_FOUR_COLUMNS: list[tuple[str | None, str | None, Any, str | None, bool | None]] = [
     *[(s, "r", {}, None, True) for s in ("queued", "claimed", "finished", "failed", "cancelled")],
     ("Queued", "r", {}, None, False),
     ("queued ", "r", {}, None, False),
@@ -82,20 +86,46 @@ ROW_VECTORS: list[tuple[str | None, str | None, Any, str | None, bool | None]] =
     (None, "r", {}, "", False),  # false wins over NULL, as AND does
     (None, None, None, None, None),
 ]
+ROW_VECTORS: list[RowVector] = [
+    *[(s, r, p, k, "system", 0, 0, v) for s, r, p, k, v in _FOUR_COLUMNS],
+    *[("queued", "r", {}, None, o, 0, 0, True) for o in ("human", "agent", "system")],
+    ("queued", "r", {}, None, "Human", 0, 0, False),
+    ("queued", "r", {}, None, "", 0, 0, False),
+    ("queued", "r", {}, None, None, 0, 0, None),
+    ("queued", "r", {}, None, "agent", 20, 0, True),
+    ("queued", "r", {}, None, "agent", -1, 0, False),
+    ("queued", "r", {}, None, "agent", None, 0, None),
+    ("queued", "r", {}, None, "human", 0, 100, True),
+    ("queued", "r", {}, None, "human", 0, -100, True),
+    ("queued", "r", {}, None, "human", 0, 101, False),
+    ("queued", "r", {}, None, "human", 0, -101, False),
+    ("queued", "r", {}, None, "human", 0, 2**31 - 1, False),
+    ("queued", "r", {}, None, "human", 0, -(2**31), False),
+    ("queued", "r", {}, None, "human", 0, None, None),
+    (None, "r", {}, None, "human", -1, 0, False),  # false wins over NULL
+    ("queued", "r", {}, None, None, None, 101, False),
+    (None, None, None, None, None, None, None, None),
+]
 
 
-@pytest.mark.parametrize(("status", "reason", "payload", "key", "valid"), ROW_VECTORS)
+@pytest.mark.parametrize(
+    ("status", "reason", "payload", "key", "origin", "depth", "priority", "valid"), ROW_VECTORS
+)
 def test_the_runs_check_function_gives_the_three_valued_result(
     db: Conn,
     status: str | None,
     reason: str | None,
     payload: Any,
     key: str | None,
+    origin: str | None,
+    depth: int | None,
+    priority: int | None,
     valid: bool | None,
 ) -> None:
     value = payload if payload is None or isinstance(payload, Jsonb) else Jsonb(payload)
     row = db.execute(
-        "SELECT office._run_row_valid(%s, %s, %s::jsonb, %s)", [status, reason, value, key]
+        "SELECT office._run_row_valid(%s, %s, %s::jsonb, %s, %s, %s::int, %s::int)",
+        [status, reason, value, key, origin, depth, priority],
     ).fetchone()
     assert row == (valid,)
 
@@ -109,8 +139,8 @@ def test_the_runs_check_function_reads_a_compressed_payload(db: Conn) -> None:
     )
     row = db.execute(
         "SELECT pg_column_compression(o) IS NOT NULL,"
-        " office._run_row_valid('queued', 'r', o, NULL),"
-        " office._run_row_valid('queued', 'r', a, NULL)"
+        " office._run_row_valid('queued', 'r', o, NULL, 'system', 0, 0),"
+        " office._run_row_valid('queued', 'r', a, NULL, 'system', 0, 0)"
         " FROM big"
     ).fetchone()
     assert row == (True, True, False)
