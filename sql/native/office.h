@@ -39,6 +39,7 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/inval.h"
 #include "utils/fmgrprotos.h"
 #include "utils/fmgroids.h"
 #include "utils/jsonb.h"
@@ -46,6 +47,7 @@
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "constants.h"

@@ -60,10 +60,61 @@ compare_bytes(Datum a, Datum b)
 	return c != 0 ? c : (lx > ly) - (lx < ly);
 }
 
+/*
+ * The office relations' OIDs, looked up by name once a session and kept
+ * until pg_class changes: a call of the hot path opens a relation a dozen
+ * times and more (each scan, each probe, each look), and each name lookup
+ * is a catalog cache search: made anew each time, they were 2 % of a fresh
+ * enqueue's instructions and 1 % of a claim + finish cycle's
+ * (docs/benchmarks.md, "where the no-policy cost of 0.5.0 goes"). The names are
+ * constants.h's string constants, so an entry is found by the pointer; the
+ * same name reached by another pointer takes a second entry, harmlessly.
+ * Any change to pg_class (a DROP, a rename, an upgrade's new index)
+ * forgets them all, through the catalog cache's invalidation callback.
+ */
+#define RELATION_CACHE_SIZE 48
+
+typedef struct CachedRelation
+{
+	const char *name;
+	Oid			office;
+	Oid			relid;
+} CachedRelation;
+
+static CachedRelation relation_cache[RELATION_CACHE_SIZE];
+static int			  relation_cache_used = 0;
+static bool			  relation_cache_registered = false;
+
+static void
+forget_relations(Datum arg, int cacheid, uint32 hashvalue)
+{
+	relation_cache_used = 0;
+}
+
+/* The OID of office's relation name; InvalidOid where there is none. */
+static Oid
+lookup_relation(Oid office, const char *name)
+{
+	Oid relid;
+
+	for (int i = 0; i < relation_cache_used; i++)
+		if (relation_cache[i].name == name && relation_cache[i].office == office)
+			return relation_cache[i].relid;
+	if (!relation_cache_registered)
+	{
+		CacheRegisterSyscacheCallback(RELNAMENSP, forget_relations, (Datum) 0);
+		relation_cache_registered = true;
+	}
+	relid = get_relname_relid(name, office);
+	if (OidIsValid(relid) && relation_cache_used < RELATION_CACHE_SIZE)
+		relation_cache[relation_cache_used++] = (CachedRelation){name, office, relid};
+	return relid;
+}
+
 static Oid
 office_relation(Oid office, const char *name)
 {
-	Oid relid = get_relname_relid(name, office);
+	Oid relid = lookup_relation(office, name);
 
 	if (!OidIsValid(relid))
 		ereport(ERROR,
@@ -157,7 +208,7 @@ index_has_entry(Oid office, const char *table, const char *index, const Datum *v
 	bool		found;
 
 	Assert(nkeys <= 4);
-	if (!OidIsValid(get_relname_relid(index, office)))
+	if (!OidIsValid(lookup_relation(office, index)))
 		return false;
 	snapshot = statement_snapshot();
 	scan_open(&s, office, table, index);

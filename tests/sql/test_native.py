@@ -593,3 +593,19 @@ def test_claim_run_claims_the_same_under_a_hostile_search_path(db: Conn, other: 
     normal = _claim_calls(db, other, "claim_run")
     shadowed = _claim_calls(db, other, "claim_run", HOSTILE_PATH)
     assert shadowed == normal
+
+
+def test_a_session_opens_the_relations_of_office_installed_again(empty_database: str) -> None:
+    # The native definitions keep the office relations' OIDs for the
+    # session: office dropped and installed again (new OIDs, the schema kept)
+    # must not leave them looking for the old ones.
+    with psycopg.connect(empty_database, autocommit=True) as conn:
+        for _ in range(2):
+            conn.execute("CREATE EXTENSION office")
+            conn.execute("SELECT office.upsert_agent('a1', 'w1')")
+            row = conn.execute("SELECT outcome FROM office.enqueue_run('a1', 'r', '{}', 'k')")
+            assert row.fetchone() == ("queued",)
+            claimed = conn.execute("SELECT id, attempt FROM office.claim_run('w')").fetchone()
+            assert claimed is not None
+            assert conn.execute("SELECT office.finish_run(%s, %s)", claimed).fetchone() == (True,)
+            conn.execute("DROP EXTENSION office")
