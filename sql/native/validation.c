@@ -130,6 +130,33 @@ json_depth_ok(Datum value)
 	return true;
 }
 
+/* The lineage columns' part of the runs CHECK: origin, chain_depth, priority. */
+static Term
+lineage_term(FunctionCallInfo fcinfo)
+{
+	Term result = TERM_TRUE;
+
+	if (PG_ARGISNULL(4))
+		result = term_and(result, TERM_NULL);
+	else
+	{
+		text *origin = PG_GETARG_TEXT_PP(4);
+
+		if (!(text_is(origin, OFFICE_ORIGIN_HUMAN) || text_is(origin, OFFICE_ORIGIN_AGENT) ||
+			  text_is(origin, OFFICE_ORIGIN_SYSTEM)))
+			result = TERM_FALSE;
+	}
+	if (PG_ARGISNULL(5))
+		result = term_and(result, TERM_NULL);
+	else if (PG_GETARG_INT32(5) < 0)
+		result = TERM_FALSE;
+	if (PG_ARGISNULL(6))
+		result = term_and(result, TERM_NULL);
+	else if (PG_GETARG_INT32(6) < OFFICE_PRIORITY_MIN || PG_GETARG_INT32(6) > OFFICE_PRIORITY_MAX)
+		result = TERM_FALSE;
+	return result;
+}
+
 /*
  * office._run_row_valid(status, reason, payload, idempotency_key, origin,
  * chain_depth, priority): the CHECK of office.runs, with 30_runs.sql's
@@ -179,24 +206,9 @@ office_run_row_valid(PG_FUNCTION_ARGS)
 			(bytes > 512 && pg_mbstrlen_with_len(VARDATA_ANY(key), bytes) > 512))
 			result = TERM_FALSE;
 	}
-	if (PG_ARGISNULL(4))
-		result = term_and(result, TERM_NULL);
-	else
-	{
-		text *origin = PG_GETARG_TEXT_PP(4);
-
-		if (!(text_is(origin, OFFICE_ORIGIN_HUMAN) || text_is(origin, OFFICE_ORIGIN_AGENT) ||
-			  text_is(origin, OFFICE_ORIGIN_SYSTEM)))
-			result = TERM_FALSE;
-	}
-	if (PG_ARGISNULL(5))
-		result = term_and(result, TERM_NULL);
-	else if (PG_GETARG_INT32(5) < 0)
-		result = TERM_FALSE;
-	if (PG_ARGISNULL(6))
-		result = term_and(result, TERM_NULL);
-	else if (PG_GETARG_INT32(6) < OFFICE_PRIORITY_MIN || PG_GETARG_INT32(6) > OFFICE_PRIORITY_MAX)
-		result = TERM_FALSE;
+	/* bound with 0.4.0's four arguments (by a script of another build): those only */
+	if (PG_NARGS() >= 7)
+		result = term_and(result, lineage_term(fcinfo));
 	if (result == TERM_NULL)
 		PG_RETURN_NULL();
 	PG_RETURN_BOOL(result == TERM_TRUE);
