@@ -28,6 +28,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -125,8 +126,8 @@ def _as_postgres(command: list[str]) -> list[str]:
     return ["runuser", "-u", "postgres", "--", *command] if os.geteuid() == 0 else command
 
 
-def prepare_cluster(workdir: Path) -> Path:
-    """The cluster every case copies, set up with a server on a socket in workdir."""
+def prepare_cluster(workdir: Path, setup: Sequence[str] = tuple(SETUP)) -> Path:
+    """The cluster every case copies, set up (by default with SETUP) in workdir."""
     data = workdir / "base"
     subprocess.run(
         _as_postgres([str(PG_BIN / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust"]),
@@ -134,7 +135,7 @@ def prepare_cluster(workdir: Path) -> Path:
         capture_output=True,
     )
     _single_user(data, "CREATE DATABASE bench;\n\n", "postgres")
-    _single_user(data, "".join(f"{statement};\n\n" for statement in SETUP), "bench")
+    _single_user(data, "".join(f"{statement};\n\n" for statement in setup), "bench")
     return data
 
 

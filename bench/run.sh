@@ -2,7 +2,7 @@
 # `make bench`: a durable PostgreSQL 15 cluster (fsync and synchronous_commit
 # on, data on the disk under /var/tmp, not /dev/shm), the extension installed
 # with PGXS, then each benchmark; results go to docs/benchmarks.md.
-# Usage: bash bench/run.sh [enqueue|enqueue_steady|pgbench_enqueue|hotpath|instructions|peers|growth|sweep|claim|ui|wakeup_dispatchers|governance ...]
+# Usage: bash bench/run.sh [enqueue|enqueue_steady|pgbench_enqueue|hotpath|instructions|peers|growth|sweep|claim|ui|wakeup_dispatchers|governance|governance_instructions ...]
 # (default: all of them; peers needs the bench extra, which `make bench`
 # installs). OFFICE_BENCH_PG_BIN, OFFICE_BENCH_DIR and OFFICE_BENCH_PORT
 # choose another PostgreSQL 15 build, data directory (keep it on a disk, not
@@ -33,7 +33,7 @@ psql -X -q -h 127.0.0.1 -p "$PORT" -U postgres -c "CREATE EXTENSION office" offi
 DSN="postgresql://postgres@127.0.0.1:$PORT/office_bench"
 
 benches=("$@")
-[ ${#benches[@]} -gt 0 ] || benches=(enqueue enqueue_steady pgbench_enqueue hotpath instructions peers growth sweep claim ui wakeup_dispatchers governance)
+[ ${#benches[@]} -gt 0 ] || benches=(enqueue enqueue_steady pgbench_enqueue hotpath instructions peers growth sweep claim ui wakeup_dispatchers governance governance_instructions)
 for bench in "${benches[@]}"; do
     "$BIN/python" -m "bench.$bench" --dsn "$DSN" --seconds "$SECONDS_PER_CASE" --write docs/benchmarks.md
 done
