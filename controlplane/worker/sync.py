@@ -13,6 +13,7 @@ from types import FrameType
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool
 
 from controlplane.client import Office, drive, perform_psycopg
@@ -47,7 +48,8 @@ class Worker(WorkerBase[Office, Callable[[Run], object]]):
 
     ``office``'s pool serves the claims and the outcome writes; the
     heartbeats and the LISTEN connection use two connections of the
-    worker's own (opened with the pool's ``conninfo`` and ``kwargs``).
+    worker's own (opened with the pool's ``conninfo`` and ``kwargs``, see
+    :meth:`_connect`).
     :meth:`run` blocks until :meth:`stop` (or SIGTERM/SIGINT when called in
     the main thread); a sync handler cannot be interrupted, so a handler
     that outlives the grace period keeps its thread (a daemon thread) but
@@ -83,21 +85,9 @@ class Worker(WorkerBase[Office, Callable[[Run], object]]):
             if in_main
             else {}
         )
-        own = ConnectionPool(
-            self.office.pool.conninfo,
-            kwargs=self.office.pool.kwargs,
-            min_size=2,
-            max_size=2,
-            timeout=max(1.0, min(core.heartbeat, 5.0)),
-            check=ConnectionPool.check_connection,
-            reconnect_timeout=10.0,
-            open=False,
-            name="office-worker",
-        )
-        own.open(wait=False)
         helpers = [
-            threading.Thread(target=self._heartbeats, args=(own,), name="office-heartbeat"),
-            threading.Thread(target=self._listen, args=(own,), name="office-listen"),
+            threading.Thread(target=self._heartbeats, name="office-heartbeat"),
+            threading.Thread(target=self._listen, name="office-listen"),
         ]
         handlers = [
             threading.Thread(target=self._handle, name=f"office-worker-{n}", daemon=True)
@@ -115,7 +105,6 @@ class Worker(WorkerBase[Office, Callable[[Run], object]]):
                 self._work.put(None)
             for thread in helpers:
                 thread.join(10.0)
-            own.close(timeout=5.0)
             for sig, previous_handler in previous.items():
                 signal.signal(sig, previous_handler)
             core.stopped()
@@ -272,30 +261,70 @@ class Worker(WorkerBase[Office, Callable[[Run], object]]):
 
     # heartbeats and wake-ups --------------------------------------------------------
 
-    def _heartbeats(self, own: ConnectionPool[Any]) -> None:
+    def _connect(self) -> psycopg.Connection[Any]:
+        """A connection of the worker's own (heartbeats, LISTEN), in autocommit,
+        with the settings of ``office``'s pool (and :data:`CONNECT_TIMEOUT`
+        unless they name one). Each try is a connection attempt, retried on
+        the worker's backoff, so the first try after the server is back
+        succeeds. A pool would reconnect in the background on a backoff of its
+        own, counting each connection it waits to reopen as one of its slots:
+        a caller could time out on it while the server was back, a timeout
+        the health would count as a second loss of the outage that the claims
+        had already seen end."""
+        pool = self.office.pool
+        # As the pool reads them: a string and a dict, or callables giving them.
+        conninfo = pool.conninfo() if callable(pool.conninfo) else pool.conninfo
+        kwargs = pool.kwargs() if callable(pool.kwargs) else pool.kwargs
+        settings = {
+            "connect_timeout": CONNECT_TIMEOUT,
+            **conninfo_to_dict(conninfo),
+            **(kwargs or {}),
+            "autocommit": True,
+        }
+        return psycopg.connect(**settings)
+
+    def _checked(self, conn: psycopg.Connection[Any] | None) -> psycopg.Connection[Any]:
+        """``conn`` if it still answers, else a new connection: one that a
+        server restart ended while nothing was sent on it is no loss (the
+        server may well be back by now)."""
+        if conn is not None:
+            try:
+                ConnectionPool.check_connection(conn)
+                return conn
+            except psycopg.Error:
+                conn.close()
+        return self._connect()
+
+    def _heartbeats(self) -> None:
         core = self._core
         streak = 0
-        while not self._closed.wait(_backoff(streak) if streak else core.heartbeat):
-            try:
-                with own.connection() as conn:
-                    conn.autocommit = True
+        conn: psycopg.Connection[Any] | None = None  # held across rounds
+        try:
+            while not self._closed.wait(_backoff(streak) if streak else core.heartbeat):
+                try:
+                    conn = self._checked(conn)
                     for slot in core.beating():
                         core.beaten(slot, drive(core.beat(slot), partial(perform_psycopg, conn)))
-            except Exception as exc:
-                streak += 1
-                core.failed_call("heartbeat", exc, streak)
-                continue
-            streak = 0
+                except Exception as exc:
+                    streak += 1
+                    core.failed_call("heartbeat", exc, streak)
+                    if conn is not None:
+                        conn.close()
+                        conn = None
+                    continue
+                streak = 0
+        finally:
+            if conn is not None:
+                conn.close()
 
-    def _listen(self, own: ConnectionPool[Any]) -> None:
+    def _listen(self) -> None:
         """LISTEN where the runs' NOTIFY is sent: on the worker's database, or
         on every shard when it is a proxy (the claims still go through it)."""
         core = self._core
         streak = 0
         while not self._closed.is_set():
             try:
-                with own.connection() as conn:
-                    conn.autocommit = True
+                with self._connect() as conn:
                     topology = shards.topology_of(conn)
                 break
             except Exception as exc:
@@ -304,7 +333,7 @@ class Worker(WorkerBase[Office, Callable[[Run], object]]):
         else:
             return
         if topology.proxy is None:
-            self._listen_on(own.connection, None)
+            self._listen_on(self._connect, None)
             return
         threads = [
             threading.Thread(
