@@ -225,16 +225,20 @@ def test_load_handler_names_what_failed(tmp_path: Any, monkeypatch: pytest.Monke
 
 def _plant_deep_run(db: psycopg.Connection[Any]) -> str:
     """A run whose payload nests 1,200 levels deep, as 0.4.0 stored them
-    (0.5.0 refuses such a write: its trigger is off for the insert)."""
+    (0.5.0 refuses such a write: the run is inserted shallow, and listed as
+    ready, then given the payload with the update's bound off)."""
     db.execute("SELECT office.upsert_agent('a1', 'ws')")
-    db.execute("ALTER TABLE office.runs DISABLE TRIGGER runs_05_bounded")
     row = db.execute(
-        "INSERT INTO office.runs (agent_profile_id, reason, payload) VALUES ('a1', 'deep',"
-        " jsonb_build_object('deep', (repeat('[', 1200) || repeat(']', 1200))::jsonb))"
-        " RETURNING id"
+        "INSERT INTO office.runs (agent_profile_id, reason) VALUES ('a1', 'deep') RETURNING id"
     ).fetchone()
-    db.execute("ALTER TABLE office.runs ENABLE TRIGGER runs_05_bounded")
     assert row is not None
+    db.execute("ALTER TABLE office.runs DISABLE TRIGGER runs_05_bounded")
+    db.execute(
+        "UPDATE office.runs SET payload = jsonb_build_object('deep',"
+        " (repeat('[', 1200) || repeat(']', 1200))::jsonb) WHERE id = %s",
+        [row[0]],
+    )
+    db.execute("ALTER TABLE office.runs ENABLE TRIGGER runs_05_bounded")
     return str(row[0])
 
 

@@ -812,18 +812,22 @@ def test_a_value_the_client_cannot_decode_is_shown_as_such(
 ) -> None:
     # 0.4.0: a payload 1,200 levels deep (stored before 0.5.0 bounded the
     # depth) made /runs, /wakeups and the run's page answer 500.
+    # (Inserted shallow, then given the values with the update's bound off.)
     office.execute("ALTER TABLE office.runs DISABLE TRIGGER runs_05_bounded")
     office.execute("ALTER TABLE office.wakeup_requests DISABLE TRIGGER wakeup_requests_05_bounded")
     deep = "jsonb_build_object('deep', (repeat('[', 1200) || repeat(']', 1200))::jsonb)"
     row = office.execute(
-        "INSERT INTO office.runs (agent_profile_id, reason, payload, context_snapshot)"
-        f" VALUES ('a1', 'deep', {deep}, {deep}) RETURNING id"
+        "INSERT INTO office.runs (agent_profile_id, reason) VALUES ('a1', 'deep') RETURNING id"
     ).fetchone()
+    assert row is not None
+    office.execute(
+        f"UPDATE office.runs SET payload = {deep}, context_snapshot = {deep} WHERE id = %s",
+        [row[0]],
+    )
     office.execute(
         "INSERT INTO office.wakeup_requests (agent_profile_id, source, payload)"
         f" VALUES ('a1', 'user', {deep})"
     )
-    assert row is not None
     for path in (f"/runs/{row[0]}", "/runs", "/wakeups"):
         assert client.get(path).status_code == 200, path
     # The values themselves: the run's page shows its payload and snapshot
