@@ -98,6 +98,7 @@ typedef enum
 /* validation.c */
 extern OFFICE_INTERNAL bool short_text_ok(text *value);
 extern OFFICE_INTERNAL bool json_depth_ok(Datum value);
+extern OFFICE_INTERNAL bool json_too_small_to_fail(Datum value);
 
 /* shared.c */
 extern OFFICE_INTERNAL bool		text_is(text *value, const char *word);

@@ -28,7 +28,7 @@ insert_ready_row(Datum agent, Datum head)
  * Any run inserted: its payload's and context_snapshot's bounds
  * (office._check_stored_json; runs_05_bounded in 30_runs.sql says why the
  * readiness trigger checks them). A value of at most 512 bytes cannot fail
- * them (json_depth_ok says why), so the everyday run makes no call.
+ * them (json_too_small_to_fail), so the everyday run makes no call.
  */
 static void
 check_inserted_documents(HeapTuple row, Relation rel)
@@ -41,8 +41,8 @@ check_inserted_documents(HeapTuple row, Relation rel)
 								   column(row, rel, OFFICE_COLUMN_RUNS_CONTEXT_SNAPSHOT, &context_null)};
 	char			  nulls[2] = {payload_null ? 'n' : ' ', context_null ? 'n' : ' '};
 
-	if ((payload_null || toast_raw_datum_size(values[0]) <= 512) &&
-		(context_null || toast_raw_datum_size(values[1]) <= 512))
+	if ((payload_null || json_too_small_to_fail(values[0])) &&
+		(context_null || json_too_small_to_fail(values[1])))
 		return;
 	(void) run_kept(&plan, ANY_SCAN,
 					"SELECT office._check_stored_json('runs.payload', $1),"

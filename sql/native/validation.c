@@ -103,6 +103,13 @@ term_and(Term a, Term b)
  */
 #define OFFICE_JSON_DEPTH 64
 
+/* Whether value is too small to fail a document's bounds (depth, size): see above. */
+bool
+json_too_small_to_fail(Datum value)
+{
+	return toast_raw_datum_size(value) <= 8 * OFFICE_JSON_DEPTH;
+}
+
 bool
 json_depth_ok(Datum value)
 {
@@ -112,7 +119,7 @@ json_depth_ok(Datum value)
 	JsonbIteratorToken token;
 	int				   depth = 0;
 
-	if (toast_raw_datum_size(value) <= 8 * OFFICE_JSON_DEPTH)
+	if (json_too_small_to_fail(value))
 		return true;
 	document = DatumGetJsonbP(value);
 	iterator = JsonbIteratorInit(&document->root);
