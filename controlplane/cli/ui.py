@@ -39,7 +39,7 @@ def _host_names(_ctx: click.Context, _param: click.Parameter, value: tuple[str, 
 @click.option(
     "--allow-actions",
     is_flag=True,
-    help="Offer actions (cancel a run, pause/resume an agent, fire a routine, "
+    help="Offer actions (cancel or requeue a run, pause/resume an agent, fire a routine, "
     "sweep once) where the role may call them.",
 )
 @click.pass_obj

@@ -8,6 +8,7 @@ created (docs/domain.md §2.1).
 from __future__ import annotations
 
 from datetime import datetime
+from decimal import Decimal
 from enum import StrEnum
 from typing import Any
 
@@ -177,6 +178,13 @@ class Run(BaseModel):
     claimed_at: datetime | None = None
     finished_at: datetime | None = None
     heartbeat_at: datetime | None = None
+    # Wake governance (docs/api.md §9); a schema before 0.5.0 reads as a
+    # system run with no cause.
+    origin: str = "system"
+    cause_run_id: str | None = None
+    chain_depth: int = 0
+    priority: int = 0
+    cost: Decimal = Decimal(0)
 
     @field_validator("payload", "context_snapshot", mode="before")
     @classmethod

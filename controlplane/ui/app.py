@@ -1,5 +1,6 @@
 """The dashboard's Starlette application: server-rendered pages (Jinja2,
-autoescaped), a stylesheet shipped in the package, no script.
+autoescaped), a stylesheet and one small script shipped in the package (the
+live refresh and the copy buttons; every page works without it).
 
 Reads go through :class:`controlplane.ui.queries.Dashboard`; actions call the
 client's typed methods, only when the app was built with ``allow_actions``
@@ -15,9 +16,8 @@ from __future__ import annotations
 import hmac
 import logging
 import secrets
-import threading
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,6 @@ from urllib.parse import quote
 
 import jinja2
 import psycopg
-from psycopg_pool import ConnectionPool, PoolTimeout
 from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -35,11 +34,10 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from controlplane.cli.base import describe
-from controlplane.client import Office
-from controlplane.client.queries.dashboard import DASHBOARD_STATEMENT_TIMEOUT
 from controlplane.errors import OfficeError
-from controlplane.models import AgentStatus, RoutineSource
-from controlplane.ui import chart
+from controlplane.models import AgentStatus, RoutineSource, Run
+from controlplane.ui import chart, display
+from controlplane.ui.database import CONNECT_TIMEOUT, Database, DatabaseDown
 from controlplane.ui.guard import Guard, served_hosts
 from controlplane.ui.json_display import as_json
 from controlplane.ui.queries import (
@@ -53,87 +51,9 @@ from controlplane.ui.queries import (
 log = logging.getLogger("office.ui")
 
 HERE = Path(__file__).parent
-#: Seconds a page waits for the database before it shows the banner.
-CONNECT_TIMEOUT = 3.0
-#: The longest statement a page may run. Lists are keyset pages on primary
-#: keys, but a filter that matches almost nothing walks the key to its end;
-#: past this the page says so instead of loading the database it watches.
-STATEMENT_TIMEOUT = "5s"
-
-
-def _configure(conn: psycopg.Connection[Any]) -> None:
-    conn.execute(DASHBOARD_STATEMENT_TIMEOUT.text, {"timeout": STATEMENT_TIMEOUT})
-
-
-class DatabaseDown(Exception):
-    """The database could not be reached (or went away mid-page)."""
-
-
-class Database:
-    """A pool opened on first use and dropped when the server goes away, so
-    the dashboard comes back by itself when the database does."""
-
-    def __init__(self, dsn: str, timeout: float = CONNECT_TIMEOUT) -> None:
-        self._dsn = dsn
-        self._timeout = timeout
-        self._lock = threading.Lock()
-        self._pool: ConnectionPool[Any] | None = None
-        self._office: Office | None = None
-
-    def _open(self) -> Office:
-        with self._lock:
-            if self._office is None:
-                pool: ConnectionPool[Any] = ConnectionPool(
-                    self._dsn,
-                    min_size=1,
-                    max_size=4,
-                    kwargs={"autocommit": True, "connect_timeout": max(1, int(self._timeout))},
-                    timeout=self._timeout,
-                    # A connection the server dropped is found at checkout,
-                    # not by the page that would use it.
-                    check=ConnectionPool.check_connection,
-                    configure=_configure,
-                    open=False,
-                    name="office-ui",
-                )
-                try:
-                    pool.open(wait=True, timeout=self._timeout)
-                except PoolTimeout:
-                    pool.close()
-                    raise DatabaseDown("the database does not answer") from None
-                self._pool, self._office = pool, Office(pool=pool)
-            return self._office
-
-    def discard(self) -> None:
-        with self._lock:
-            if self._pool is not None:
-                self._pool.close()
-            self._pool = self._office = None
-
-    @contextmanager
-    def dashboard(self) -> Iterator[Dashboard]:
-        office = self._open()
-        try:
-            yield Dashboard(office)
-        except psycopg.errors.QueryCanceled:
-            raise  # statement_timeout: the page says so; the database is up
-        except (psycopg.OperationalError, PoolTimeout) as exc:
-            self.discard()
-            raise DatabaseDown(describe(exc)) from None
-
-    def close(self) -> None:
-        self.discard()
-
-
-def _age(value: datetime | None) -> str:
-    if value is None:
-        return "—"
-    seconds = int((datetime.now(UTC) - value).total_seconds())
-    if seconds < 120:
-        return f"{seconds} s"
-    if seconds < 7200:
-        return f"{seconds // 60} min"
-    return f"{seconds // 3600} h"
+#: The causes a run's page walks up at most (one primary-key read each);
+#: office.max_chain_depth defaults to 20.
+CAUSE_CHAIN_SHOWN = 25
 
 
 def id_url(prefix: str, value: object) -> str:
@@ -154,7 +74,12 @@ def _environment() -> jinja2.Environment:
         autoescape=True,
         undefined=jinja2.StrictUndefined,
     )
-    env.filters["age"] = _age
+    env.filters["ago"] = display.ago
+    env.filters["utc"] = display.utc
+    env.filters["iso"] = display.iso
+    env.filters["short_id"] = display.short_id
+    env.filters["badge"] = display.badge
+    env.filters["label"] = display.label
     env.filters["json"] = as_json
     env.globals["id_url"] = id_url
     return env
@@ -253,15 +178,40 @@ class UI:
         run = dash.office.get_run(run_id)
         if run is None:
             return self.render(request, "missing.html", status=404, what="run", id=run_id)
+        chain, cut = self.cause_chain(dash, run)
         return self.render(
             request,
             "run.html",
             run=run,
             keys=dash.office.run_keys(run_id),
+            chain=chain,
+            chain_cut=cut,
             may_cancel=self.allow_actions
             and run.status in ("queued", "claimed")
             and dash.may_call("cancel_run"),
+            may_requeue=self.allow_actions
+            and run.status in ("failed", "cancelled")
+            and dash.may_call("requeue_run"),
         )
+
+    @staticmethod
+    def cause_chain(dash: Dashboard, run: Run) -> tuple[list[Run], bool]:
+        """The runs that caused ``run``, nearest first, up to the one a human
+        or the system started (or the first one no longer stored), at most
+        :data:`CAUSE_CHAIN_SHOWN` of them; and whether the chain goes on."""
+        chain: list[Run] = []
+        seen = {run.id}
+        cause_id = run.cause_run_id
+        while cause_id is not None and cause_id not in seen:
+            if len(chain) == CAUSE_CHAIN_SHOWN:
+                return chain, True
+            cause = dash.office.get_run(cause_id)
+            if cause is None:
+                break
+            chain.append(cause)
+            seen.add(cause.id)
+            cause_id = cause.cause_run_id
+        return chain, False
 
     def agents(self, request: Request, dash: Dashboard) -> Response:
         after = request.query_params.get("after") or None
@@ -281,14 +231,16 @@ class UI:
     ) -> Response:
         """A list page: one table of ``rows``; ``links`` makes a column a link
         (column -> URL prefix); a full page links on from ``next_key``."""
-        columns = list(type(rows[0]).model_fields) if rows else []
+        fields = type(rows[0]).model_fields if rows else {}
+        kinds = {name: display.column_kind(name, f.annotation) for name, f in fields.items()}
         more = len(rows) >= PAGE_SIZE
         return self.render(
             request,
             "table.html",
             title=title,
-            columns=columns,
-            rows=[row.model_dump(mode="json") for row in rows],
+            columns=list(fields),
+            kinds=kinds,
+            rows=[dict(row) for row in rows],
             links=links or {},
             next_query={"after": next_key} if more and next_key else None,
             extra=extra,
@@ -340,6 +292,7 @@ class UI:
             "routine.html",
             routine=routine,
             triggers=triggers,
+            poisoned=dash.trigger_poison([t.id for t in triggers]),
             runs=runs,
             may_fire=self.allow_actions and dash.may_call("fire_routine"),
         )
@@ -404,7 +357,9 @@ class UI:
         target = form.get("target", "")
         office = dash.office
         try:
-            if action == "cancel_run":
+            if action == "requeue_run":
+                outcome = "true" if office.requeue_run(target) else "false"
+            elif action == "cancel_run":
                 reason = form.get("reason") or "cancelled from officectl ui"
                 outcome = "true" if office.cancel_run(target, reason) else "false"
             elif action in ("pause_agent", "resume_agent"):

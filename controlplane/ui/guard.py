@@ -26,12 +26,14 @@ log = logging.getLogger("office.ui")
 #: The names of the loopback interface a browser puts in a Host header.
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 
-#: Headers on every response. The pages load nothing but /static/office.css
-#: (and the empty data: icon) and run no script; no other site may frame them
+#: Headers on every response. The pages load nothing but /static/office.css,
+#: /static/office.js (the only script: no inline script or handler runs) and
+#: the empty data: icon, and fetch nothing but themselves (the live refresh);
+#: no other site may frame them
 #: (the confirmation page is one click from an action).
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
-        "default-src 'self'; script-src 'none'; object-src 'none'; img-src 'self' data:; "
+        "default-src 'self'; script-src 'self'; object-src 'none'; img-src 'self' data:; "
         "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
     ),
     "X-Frame-Options": "DENY",

@@ -63,6 +63,7 @@ PAGE_SIZE = 50
 #: The actions of the dashboard: the office function each one calls.
 ACTION_FUNCTIONS = {
     "cancel_run": "office.cancel_run(text, text)",
+    "requeue_run": "office.requeue_run(text)",
     "pause_agent": "office.set_agent_status(text, text)",
     "resume_agent": "office.set_agent_status(text, text)",
     "fire_routine": (
@@ -269,6 +270,17 @@ class Dashboard:
     def poison(self) -> list[Poison]:
         rows = self._fetch(dq.DASHBOARD_POISON, {"limit": PAGE_SIZE})
         return [Poison.model_validate(r) for r in rows]
+
+    def trigger_poison(self, trigger_ids: list[str]) -> dict[str, Poison]:
+        """The triggers of ``trigger_ids`` the cron loop has set aside, by id:
+        such a trigger no longer fires, whatever its enabled flag says."""
+        if not trigger_ids:
+            return {}
+        rows = self._fetch(dq.DASHBOARD_TRIGGER_POISON, {"ids": trigger_ids})
+        return {
+            str(r["row_id"]): Poison.model_validate({"loop": "cron", "reported_at": None, **r})
+            for r in rows
+        }
 
     def routines(self, before: str | None = None) -> list[RoutineSummary]:
         return self._read(self._office.list_routines, before_id=before, page_size=PAGE_SIZE)

@@ -102,7 +102,7 @@ def test_every_page_renders_on_a_proxy(
     assert http.get("/runs").text.count('<tr class="run">') == total_runs == len(run_ids)
     agents = http.get("/agents").text
     for ws in world.values():
-        assert f"<td>a-{ws}</td>" in agents
+        assert f'<td><span class="ident" title="a-{ws}">a-{ws}' in agents
         for path in (f"/tasks/t-{ws}", f"/routines/r-{ws}", f"/runs?agent=a-{ws}"):
             assert http.get(path).status_code == 200, path
         assert f"r-{ws}" in http.get("/routines").text and f"t-{ws}" in http.get("/tasks").text
@@ -113,10 +113,10 @@ def test_every_page_renders_on_a_proxy(
     events = http.get("/events")
     assert events.status_code == 200
     assert events.text.count('<tr class="row">') == len(event_ids) >= 2
-    assert all(f"<td>{i}</td>" in events.text for i in event_ids)
-    assert events.text.count("row-ws-") == 2  # each shard's set-aside row
+    assert all(f'<td class="num">{i}</td>' in events.text for i in event_ids)
+    assert events.text.count('data-copy="row-ws-') == 2  # each shard's set-aside row
     older = http.get("/events", params={"after": str(event_ids[0])})
-    assert older.status_code == 200 and f"<td>{event_ids[0]}</td>" not in older.text
+    assert older.status_code == 200 and f'<td class="num">{event_ids[0]}</td>' not in older.text
 
 
 def test_actions_on_a_proxy_reach_the_shards(

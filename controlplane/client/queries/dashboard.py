@@ -72,6 +72,11 @@ DASHBOARD_POISON = Query(
     "SELECT loop, row_id, reason, sqlstate, set_aside_at, reported_at FROM office.poison"
     " ORDER BY loop, row_id LIMIT %(limit)s"
 )
+# The cron loop sets a trigger aside under its id (office.poison's key).
+DASHBOARD_TRIGGER_POISON = Query(
+    "SELECT row_id, reason, sqlstate, set_aside_at FROM office.poison"
+    " WHERE loop = 'cron' AND row_id = ANY (%(ids)s)"
+)
 # The child generation only for a parent (it is a hash of the children), and
 # whether the parent is among the first stuck ones the sweep would find.
 DASHBOARD_TASK_WAKE_STATE = Query(
