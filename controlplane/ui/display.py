@@ -21,9 +21,9 @@ _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{1
 #: The longest id shown whole.
 SHORT_ID_LENGTH = 18
 
-#: Column names of the generic lists, as an operator reads them.
+#: Column names of the generic lists, as an operator reads them, where the
+#: name without underscores would not do.
 LABELS = {
-    "id": "id",
     "agent_profile_id": "agent",
     "assignee_agent_profile_id": "assignee",
     "workspace_id": "workspace",
@@ -36,7 +36,6 @@ LABELS = {
     "created_at": "created",
     "updated_at": "updated",
     "claimed_at": "claimed",
-    "claimed_by": "claimed by",
     "processed_at": "processed",
     "finished_at": "finished",
     "last_run_at": "last run",
@@ -45,13 +44,9 @@ LABELS = {
     "assignment_generation": "assignment gen.",
     "child_generation": "child gen.",
     "coalesced_count": "coalesced",
-    "deliveries": "deliveries",
     "error_message": "error",
-    "cancel_reason": "cancel reason",
     "concurrency_policy": "concurrency",
     "catch_up_policy": "catch-up",
-    "topic": "topic",
-    "payload": "payload",
     "wakeup_reason": "reason",
     "coalesced_into_run_id": "coalesced into",
     "dispatched_run_id": "run",
@@ -100,9 +95,7 @@ def ago(value: datetime | None, now: datetime | None = None) -> str:
     clock); "—" for none."""
     if value is None:
         return "—"
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    delta = ((now or datetime.now(UTC)) - value).total_seconds()
+    delta = ((now or datetime.now(UTC)) - _aware(value)).total_seconds()
     future, seconds = delta < 0, int(abs(delta))
     if seconds < 120:
         text = f"{seconds} s"
@@ -119,18 +112,20 @@ def utc(value: datetime | None) -> str:
     """A time in UTC to the second, as the hover of a relative time shows it."""
     if value is None:
         return ""
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return _aware(value).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def iso(value: datetime | None) -> str:
     """A time for a ``<time datetime>`` attribute."""
     if value is None:
         return ""
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC).isoformat()
+    return _aware(value).astimezone(UTC).isoformat()
+
+
+def _aware(value: datetime) -> datetime:
+    """A naive time read as UTC (the server sends timestamptz; a naive one
+    comes only from a timestamp column)."""
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 def column_kind(name: str, annotation: object) -> str:

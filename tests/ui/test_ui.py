@@ -53,18 +53,6 @@ def office(db: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
     return db
 
 
-@pytest.fixture
-def client(dsn: str, office: psycopg.Connection[Any]) -> Iterator[TestClient]:
-    with browse(create_app(dsn)) as http:
-        yield http
-
-
-@pytest.fixture
-def actions(dsn: str, office: psycopg.Connection[Any]) -> Iterator[TestClient]:
-    with browse(create_app(dsn, allow_actions=True)) as http:
-        yield http
-
-
 def test_overview_shows_the_databases_numbers(
     client: TestClient, office: psycopg.Connection[Any]
 ) -> None:

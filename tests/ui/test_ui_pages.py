@@ -5,7 +5,6 @@ trigger set aside, an error column; hostile values escaped in each."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -13,8 +12,7 @@ import pytest
 from markupsafe import escape
 from starlette.testclient import TestClient
 
-from controlplane.ui import create_app
-from tests.scenarios.ui import browse, csrf_of
+from tests.scenarios.ui import csrf_of
 
 HOSTILE = "<script>alert('x')</script>\"'&"
 
@@ -25,18 +23,6 @@ def office(db: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
     db.execute("SELECT office.upsert_agent('a2', 'w1', 'Bob')")
     db.execute("SELECT office.create_task('w1', id => 't1', title => %s)", (HOSTILE,))
     return db
-
-
-@pytest.fixture
-def client(dsn: str, office: psycopg.Connection[Any]) -> Iterator[TestClient]:
-    with browse(create_app(dsn)) as http:
-        yield http
-
-
-@pytest.fixture
-def actions(dsn: str, office: psycopg.Connection[Any]) -> Iterator[TestClient]:
-    with browse(create_app(dsn, allow_actions=True)) as http:
-        yield http
 
 
 def enqueue(db: psycopg.Connection[Any], agent: str, key: str, **extra: Any) -> str:
